@@ -1,0 +1,1 @@
+"""The agent side: local context, nudges, brief replica, tools and runtime."""

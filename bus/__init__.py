@@ -1,0 +1,1 @@
+"""Everything NATS: embedded server, connection, subjects, transaction log, leases."""

@@ -1,0 +1,1 @@
+"""The coordinator daemon and the `ctxbus` command line."""
