@@ -1,1 +1,59 @@
-"""Everything NATS: embedded server, connection, subjects, transaction log, leases."""
+"""Everything NATS: embedded server, connection, subjects, transaction log, leases.
+
+Only this package imports `nats`; NATS exceptions are translated to `BusError`
+subclasses here, so callers never catch `nats.*`.
+"""
+
+from bus._cluster import LoopbackCluster
+from bus._connection import DEFAULT_CONNECT_DEADLINE, BusConfig, TlsConfig, connect
+from bus._errors import BusError, BusUnavailable, CasConflict, LeaseHeld, ServerError
+from bus._leases import Lease, LeaseConfig, Leases
+from bus._server import DEFAULT_SYNC_INTERVAL, EmbeddedServer, find_nats_server, free_port
+from bus._subjects import (
+    BRIEF_BUCKET,
+    LEASE_BUCKET,
+    PRESENCE_BUCKET,
+    PROPOSE_QUEUE,
+    SUBJECT_ROOT,
+    TX_STREAM,
+    TX_SUBJECTS,
+    Verb,
+    all_domains,
+    kv_key,
+    subject,
+)
+from bus._txlog import LogEntry, TxLog, TxLogConfig
+
+__all__ = [
+    "BRIEF_BUCKET",
+    "BusConfig",
+    "BusError",
+    "BusUnavailable",
+    "CasConflict",
+    "DEFAULT_CONNECT_DEADLINE",
+    "DEFAULT_SYNC_INTERVAL",
+    "EmbeddedServer",
+    "LEASE_BUCKET",
+    "Lease",
+    "LeaseConfig",
+    "LeaseHeld",
+    "Leases",
+    "LogEntry",
+    "LoopbackCluster",
+    "PRESENCE_BUCKET",
+    "PROPOSE_QUEUE",
+    "SUBJECT_ROOT",
+    "ServerError",
+    "TX_STREAM",
+    "TX_SUBJECTS",
+    "TlsConfig",
+    "TxLog",
+    "TxLogConfig",
+    "Verb",
+    "all_domains",
+    "connect",
+    "find_nats_server",
+    "free_port",
+    "kv_key",
+    "subject",
+]

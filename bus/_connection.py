@@ -1,0 +1,206 @@
+"""Connecting to NATS from a typed config, with settings fit for a long-running daemon.
+
+nats-py's defaults suit a script: 60 reconnect attempts, then give up, and tracebacks
+printed to stderr. A coordinator must ride out a server restart of any length and log
+one line per event instead, so `connect` sets unlimited reconnects and quiet callbacks.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from pathlib import Path
+from typing import Annotated, Any, Final, Self
+
+import anyio
+import nats
+from nats.aio.client import Client
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from bus._errors import BusUnavailable
+
+__all__ = ["BusConfig", "TlsConfig", "connect", "DEFAULT_CONNECT_DEADLINE"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CONNECT_DEADLINE: Final = 5.0
+"""How long the first connection may take before `connect` gives up, in seconds."""
+
+_SCHEMES = ("nats://", "tls://", "ws://", "wss://")
+
+
+class TlsConfig(BaseModel):
+    """TLS client settings; files are PEM."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ca_file: Path | None = None
+    """CA bundle to verify the server with (system CAs when not set)."""
+    cert_file: Path | None = None
+    """Client certificate, for servers that require mutual TLS."""
+    key_file: Path | None = None
+    """Private key of `cert_file`."""
+    hostname: str | None = None
+    """Server name to verify, when it differs from the URL's host."""
+    handshake_first: bool = False
+    """Start TLS before the NATS INFO exchange (servers with `handshake_first`)."""
+
+    def context(self) -> ssl.SSLContext:
+        """Build the SSL context nats-py expects."""
+        ctx = ssl.create_default_context(cafile=str(self.ca_file) if self.ca_file else None)
+        if self.cert_file:
+            ctx.load_cert_chain(str(self.cert_file), str(self.key_file) if self.key_file else None)
+        return ctx
+
+
+class BusConfig(BaseModel):
+    """Where the NATS servers are and how to authenticate to them.
+
+    An empty `servers` list means "use the embedded server"; the caller starts it and
+    passes its URL (see `bus.EmbeddedServer`).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    servers: Annotated[list[str], Field(default_factory=list)]
+    """One URL, or several for a cluster: `nats://host:4222`."""
+    name: str = "ctxbus"
+    """Client name shown in the server's connection list."""
+    token: str | None = None
+    """Token auth."""
+    user: str | None = None
+    """User/password auth."""
+    password: str | None = None
+    """Password of `user`."""
+    creds_file: Path | None = None
+    """A `.creds` file (JWT + nkey seed) for decentralized auth."""
+    nkey_seed_file: Path | None = None
+    """An nkey seed file for nkey auth."""
+    tls: TlsConfig | None = None
+    """TLS settings; implied by a `tls://` URL."""
+    connect_timeout: float = 2.0
+    """Per-attempt TCP connect timeout, seconds."""
+    reconnect_time_wait: float = 0.25
+    """Pause between reconnect attempts, seconds; short, since servers are local or near."""
+    max_reconnect_attempts: int = -1
+    """-1 is unlimited: a daemon waits out any outage."""
+    ping_interval: float = 5.0
+    """Seconds between client pings; with `max_outstanding_pings` bounds stale detection."""
+    max_outstanding_pings: int = 3
+    """Unanswered pings before the connection is declared stale and re-established."""
+
+    @classmethod
+    def from_urls(cls, urls: str, **settings: Any) -> Self:
+        """Build from a comma-separated URL list, as given on a command line."""
+        servers = [url.strip() for url in urls.split(",") if url.strip()]
+        return cls(servers=servers, **settings)
+
+    @field_validator("servers")
+    @classmethod
+    def _check_urls(cls, servers: list[str]) -> list[str]:
+        for url in servers:
+            if not url.startswith(_SCHEMES):
+                raise ValueError(f"server URL {url!r} must start with one of {', '.join(_SCHEMES)}")
+        return servers
+
+    @model_validator(mode="after")
+    def _check_auth(self) -> Self:
+        chosen = [
+            name
+            for name, value in (
+                ("token", self.token),
+                ("user", self.user),
+                ("creds_file", self.creds_file),
+                ("nkey_seed_file", self.nkey_seed_file),
+            )
+            if value is not None
+        ]
+        if len(chosen) > 1:
+            raise ValueError(f"choose one authentication method, got {' and '.join(chosen)}")
+        if self.password is not None and self.user is None:
+            raise ValueError("password is set but user is not")
+        return self
+
+
+async def connect(config: BusConfig, *, deadline: float | None = DEFAULT_CONNECT_DEADLINE) -> Client:
+    """Connect to NATS and return the client; the caller closes it.
+
+    The first connection is bounded by `deadline` seconds (None waits forever); after
+    that the client reconnects without limit.
+
+    :raises BusUnavailable: if no server accepted the connection before the deadline.
+    :raises UsageError: (via pydantic) on an invalid config.
+    """
+    if not config.servers:
+        raise BusUnavailable("no NATS server URL configured; start the embedded one with `ctxbus nats`")
+    client = Client()
+    events = _EventLog(client)
+    options: dict[str, Any] = {
+        "servers": config.servers,
+        "name": config.name,
+        "connect_timeout": config.connect_timeout,
+        "reconnect_time_wait": config.reconnect_time_wait,
+        "max_reconnect_attempts": config.max_reconnect_attempts,
+        "ping_interval": config.ping_interval,
+        "max_outstanding_pings": config.max_outstanding_pings,
+        "error_cb": events.on_error,
+        "disconnected_cb": events.on_disconnected,
+        "reconnected_cb": events.on_reconnected,
+        "closed_cb": events.on_closed,
+        "token": config.token,
+        "user": config.user,
+        "password": config.password,
+        "user_credentials": str(config.creds_file) if config.creds_file else None,
+        "nkeys_seed": str(config.nkey_seed_file) if config.nkey_seed_file else None,
+    }
+    if config.tls is not None:
+        options["tls"] = config.tls.context()
+        options["tls_hostname"] = config.tls.hostname
+        options["tls_handshake_first"] = config.tls.handshake_first
+    try:
+        with anyio.fail_after(deadline):
+            await client.connect(**options)
+    except (TimeoutError, OSError, nats.errors.Error) as exc:
+        with anyio.CancelScope(shield=True):
+            await client.close()
+        where = ", ".join(config.servers)
+        reason = events.last_error or exc
+        raise BusUnavailable(
+            f"could not connect to {where} within {deadline}s ({reason}); "
+            "is the server running? `ctxbus nats` starts a local one"
+        ) from exc
+    events.connected = True
+    log.info("connected to NATS", extra={"url": client.connected_url.geturl() if client.connected_url else None})
+    return client
+
+
+class _EventLog:
+    """nats-py callbacks that log one line per event instead of printing tracebacks.
+
+    While disconnected, every failed reconnect attempt raises the same error; we log
+    the first at WARNING and the repeats at DEBUG, so an outage is one line, not a flood.
+    """
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.connected = False
+        self.last_error: str | None = None
+        self._quiet = False
+
+    async def on_error(self, exc: Exception) -> None:
+        message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        self.last_error = message
+        level = logging.DEBUG if self._quiet or not self.connected else logging.WARNING
+        log.log(level, "NATS error: %s", message)
+        self._quiet = True
+
+    async def on_disconnected(self) -> None:
+        if self.connected and not self.client.is_closed:
+            log.warning("disconnected from NATS; reconnecting")
+
+    async def on_reconnected(self) -> None:
+        self._quiet = False
+        log.warning("reconnected to NATS")
+
+    async def on_closed(self) -> None:
+        log.info("NATS connection closed")

@@ -1,0 +1,52 @@
+"""Errors raised by the bus layer; NATS exceptions never leak past `bus`.
+
+    CtxbusError
+    └── BusError                 talking to NATS failed
+        ├── ServerError          the embedded nats-server is missing or would not start
+        ├── BusUnavailable       no server answered in time (down, restarting, unreachable)
+        ├── CasConflict          a compare-and-set found another last sequence
+        └── LeaseHeld            a lease is already claimed by another holder
+"""
+
+from __future__ import annotations
+
+from schemas import CtxbusError
+
+__all__ = ["BusError", "ServerError", "BusUnavailable", "CasConflict", "LeaseHeld"]
+
+
+class BusError(CtxbusError):
+    """Raised when an operation on NATS fails."""
+
+
+class ServerError(BusError):
+    """Raised when the embedded nats-server cannot be found, started or stopped."""
+
+
+class BusUnavailable(BusError):
+    """Raised when no server answered before the operation's deadline."""
+
+
+class CasConflict(BusError):
+    """Raised when a compare-and-set append or update found another last sequence.
+
+    `actual` is the sequence (or KV revision) the subject really had, so the caller can
+    reload from there and retry; `None` when the server did not say.
+    """
+
+    def __init__(self, subject: str, expected: int, actual: int | None) -> None:
+        self.subject = subject
+        self.expected = expected
+        self.actual = actual
+        found = "unknown" if actual is None else str(actual)
+        super().__init__(f"{subject}: expected last sequence {expected}, found {found}")
+
+
+class LeaseHeld(BusError):
+    """Raised when `claim` loses: someone else holds the lease."""
+
+    def __init__(self, key: str, holder: str | None, revision: int) -> None:
+        self.key = key
+        self.holder = holder
+        self.revision = revision
+        super().__init__(f"lease {key!r} is held by {holder or 'an unknown holder'} (revision {revision})")

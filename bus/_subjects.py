@@ -1,0 +1,75 @@
+"""Every NATS subject, stream, bucket and key name ctxbus uses, built in one place.
+
+A domain's traffic lives under `ctx.<user>.<session>.<task>.<verb>`, so subject
+permissions can separate tenants and a wildcard can watch one task.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Final
+
+from schemas import Domain, validate_token
+
+__all__ = [
+    "SUBJECT_ROOT",
+    "TX_STREAM",
+    "TX_SUBJECTS",
+    "BRIEF_BUCKET",
+    "LEASE_BUCKET",
+    "PRESENCE_BUCKET",
+    "PROPOSE_QUEUE",
+    "Verb",
+    "subject",
+    "all_domains",
+    "kv_key",
+]
+
+SUBJECT_ROOT: Final = "ctx"
+
+TX_STREAM: Final = "CTXBUS_TX"
+"""The JetStream stream that holds every domain's transaction log."""
+
+TX_SUBJECTS: Final = f"{SUBJECT_ROOT}.*.*.*.tx"
+"""Subjects captured by `TX_STREAM`: the `tx` verb of every domain."""
+
+BRIEF_BUCKET: Final = "ctxbus_briefs"
+"""KV bucket of brief snapshots, one key per domain."""
+
+LEASE_BUCKET: Final = "ctxbus_leases"
+"""KV bucket of leases, with per-message TTL allowed."""
+
+PRESENCE_BUCKET: Final = "ctxbus_presence"
+"""KV bucket of agent heartbeats."""
+
+PROPOSE_QUEUE: Final = "ctxbus-coordinators"
+"""Queue group all coordinators join, so each proposal reaches exactly one."""
+
+
+class Verb(StrEnum):
+    """The last token of a domain subject: what flows there."""
+
+    PROPOSE = "propose"
+    TX = "tx"
+    EVENTS = "events"
+    DLQ = "dlq"
+
+
+def subject(domain: Domain, verb: Verb) -> str:
+    """`ctx.<user>.<session>.<task>.<verb>` for one domain."""
+    return f"{SUBJECT_ROOT}.{domain.subject_prefix}.{verb}"
+
+
+def all_domains(verb: Verb) -> str:
+    """A wildcard subject matching `verb` in every domain."""
+    return f"{SUBJECT_ROOT}.*.*.*.{verb}"
+
+
+def kv_key(domain: Domain, *names: str) -> str:
+    """`<user>.<session>.<task>[.<name>...]`: a KV key scoped to one domain.
+
+    :raises InvalidDomain: if a name is not a valid token (it would escape its scope).
+    """
+    for name in names:
+        validate_token(name, field="key name")
+    return ".".join((*domain.tokens, *names))

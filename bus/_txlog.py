@@ -1,0 +1,302 @@
+"""The transaction-log primitive: ordered, deduplicated, compare-and-set appends.
+
+One JetStream stream holds every domain's log on its own subject. Appends carry
+`Nats-Msg-Id` (the stream drops a repeat within the duplicate window) and, for
+ordered writers, `Nats-Expected-Last-Subject-Sequence` (the stream refuses the write if
+someone appended to the subject since the writer last looked).
+
+Two NATS behaviours shape this module (measured on nats-server 2.15.1, nats-py 2.16):
+
+- A publish whose ack is lost (timeout, server restart) may or may not have been
+  stored. We retry with the same msg id. Without CAS the retry is answered as a
+  duplicate with the original sequence. With CAS the server checks the expected
+  sequence before the msg id, so the retry fails with err_code 10071 because our own
+  first attempt moved the subject on; we reconcile by reading the first message after
+  the expected sequence and comparing its msg id.
+- nats-py's ordered consumer resets itself on gaps, but its watchdog task dies if the
+  server is down at that moment. `follow` therefore supervises the subscription itself:
+  it filters by stream sequence, and when nothing arrives for a while it asks the
+  stream whether it is behind and re-subscribes from the next sequence if so.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Final
+
+import anyio
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.js import JetStreamContext, api
+
+from bus._errors import BusError, BusUnavailable, CasConflict
+from bus._subjects import TX_STREAM, TX_SUBJECTS
+
+__all__ = ["TxLog", "TxLogConfig", "LogEntry"]
+
+log = logging.getLogger(__name__)
+
+MSG_ID: Final = "Nats-Msg-Id"
+EXPECTED_LAST_SUBJECT_SEQ: Final = "Nats-Expected-Last-Subject-Sequence"
+WRONG_LAST_SEQUENCE: Final = 10071
+"""JetStream's err_code for a failed expected-last-sequence check."""
+
+_ACTUAL_SEQ = re.compile(r"wrong last sequence:\s*(\d+)")
+
+# Failures after which a publish may or may not have been stored: retry, same msg id.
+_TRANSIENT = (
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.StaleConnectionError,
+    nats.js.errors.ServiceUnavailableError,
+    nats.js.errors.NoStreamResponseError,
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TxLogConfig:
+    """The stream behind a `TxLog`."""
+
+    stream: str = TX_STREAM
+    """Stream name."""
+    subjects: tuple[str, ...] = (TX_SUBJECTS,)
+    """Subjects the stream captures."""
+    replicas: int = 1
+    """1 on a single node; 3 on a cluster."""
+    duplicate_window: float = 120.0
+    """Seconds a msg id is remembered; longer than any retry loop."""
+    max_msg_size: int | None = None
+    """Largest message the stream accepts; the server's max_payload when None."""
+    attempt_timeout: float = 2.0
+    """Seconds one publish waits for its ack before it is retried."""
+    deadline: float = 60.0
+    """Seconds an append keeps retrying (server restarts included) before giving up."""
+    idle_heartbeat: float = 1.0
+    """Heartbeat of `follow`'s consumer: how fast a dead subscription is noticed."""
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """One message of the log, as stored."""
+
+    seq: int
+    """Stream sequence: the total order."""
+    subject: str
+    payload: bytes
+    msg_id: str | None
+    time: datetime | None = field(default=None, compare=False)
+
+
+class TxLog:
+    """Append to and read the transaction log stream through one NATS client."""
+
+    def __init__(self, client: Client, config: TxLogConfig | None = None) -> None:
+        self.config = config or TxLogConfig()
+        self._client = client
+        self._js: JetStreamContext = client.jetstream(timeout=self.config.attempt_timeout)
+
+    def __repr__(self) -> str:
+        return f"<TxLog stream={self.config.stream!r} replicas={self.config.replicas}>"
+
+    async def ensure(self) -> None:
+        """Create the stream, or bring its settings up to date; idempotent.
+
+        :raises BusError: if the server refuses the stream config.
+        """
+        cfg = api.StreamConfig(
+            name=self.config.stream,
+            subjects=list(self.config.subjects),
+            storage=api.StorageType.FILE,
+            retention=api.RetentionPolicy.LIMITS,
+            num_replicas=self.config.replicas,
+            duplicate_window=self.config.duplicate_window,
+            max_msg_size=self.config.max_msg_size,
+            allow_direct=True,
+        )
+        jsm = self._js
+        try:
+            try:
+                await jsm.add_stream(cfg)
+            except nats.js.errors.BadRequestError as exc:
+                if exc.err_code != 10058:  # stream name already in use with another config
+                    raise
+                await jsm.update_stream(cfg)
+        except nats.js.errors.APIError as exc:
+            raise BusError(f"cannot create stream {self.config.stream!r}: {exc.description}") from exc
+        except _TRANSIENT as exc:
+            raise BusUnavailable(f"cannot create stream {self.config.stream!r}: {exc!r}") from exc
+
+    async def append(
+        self,
+        subject: str,
+        payload: bytes,
+        msg_id: str,
+        expected_last_subject_seq: int | None = None,
+    ) -> int:
+        """Append `payload` to `subject` and return its stream sequence.
+
+        The append is idempotent per `msg_id` within the duplicate window: a repeat
+        returns the sequence of the message already stored.
+
+        :param expected_last_subject_seq: append only if the last message on `subject`
+            has this stream sequence (0: the subject is empty).
+        :raises CasConflict: if `subject` has moved past `expected_last_subject_seq`.
+        :raises BusUnavailable: if no ack arrived before the configured deadline.
+        """
+        headers = {MSG_ID: msg_id}
+        if expected_last_subject_seq is not None:
+            headers[EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_subject_seq)
+        delay = 0.05
+        with anyio.move_on_after(self.config.deadline):
+            while True:
+                try:
+                    ack = await self._js.publish(
+                        subject,
+                        payload,
+                        timeout=self.config.attempt_timeout,
+                        stream=self.config.stream,
+                        headers=headers,
+                    )
+                    return ack.seq
+                except nats.js.errors.BadRequestError as exc:
+                    if exc.err_code != WRONG_LAST_SEQUENCE or expected_last_subject_seq is None:
+                        raise BusError(f"append to {subject} refused: {exc.description}") from exc
+                    # Our own earlier attempt (lost ack, or a caller's retry) may be what
+                    # moved the subject on: then the append already happened.
+                    stored = await self._find_own_append(subject, msg_id, expected_last_subject_seq)
+                    if stored is not None:
+                        return stored
+                    raise CasConflict(subject, expected_last_subject_seq, actual_sequence(exc)) from exc
+                except _TRANSIENT as exc:
+                    log.debug("append to %s not acknowledged (%r); retrying", subject, exc)
+                    await anyio.sleep(delay)
+                    delay = min(delay * 2, 0.5)
+        raise BusUnavailable(f"append to {subject} not acknowledged within {self.config.deadline:.0f}s")
+
+    async def last_seq(self, subject: str) -> int:
+        """Stream sequence of the last message on `subject`; 0 if it has none."""
+        try:
+            raw = await self._js.get_msg(self.config.stream, subject=subject, direct=True)
+        except nats.js.errors.NotFoundError:
+            return 0
+        except _TRANSIENT as exc:
+            raise BusUnavailable(f"cannot read the last sequence of {subject}: {exc!r}") from exc
+        return int(raw.seq or 0)
+
+    async def read(self, subject: str, from_seq: int = 1) -> AsyncIterator[LogEntry]:
+        """Yield the entries of `subject` from `from_seq` up to the current end, in order."""
+        end = await self.last_seq(subject)
+        if end < from_seq:
+            return
+        follower = self.follow(subject, from_seq)
+        try:
+            async for entry in follower:
+                yield entry
+                if entry.seq >= end:
+                    return
+        finally:
+            await follower.aclose()
+
+    async def follow(self, subject_filter: str, from_seq: int = 1) -> AsyncIterator[LogEntry]:
+        """Yield every entry matching `subject_filter` from `from_seq` on, forever, in order.
+
+        Each entry is yielded exactly once, across disconnects and server restarts.
+        Close the iterator (`aclose()`, or leave an `async with aclosing(...)`) to stop.
+        """
+        next_seq = max(from_seq, 1)
+        stall = self.config.idle_heartbeat * 3
+        while True:
+            sub = await self._subscribe(subject_filter, next_seq)
+            reconnects = self._client.stats["reconnects"]
+            try:
+                while True:
+                    try:
+                        msg = await sub.next_msg(timeout=stall)
+                    except nats.errors.TimeoutError:
+                        if await self._stalled(subject_filter, next_seq, reconnects):
+                            break
+                        continue
+                    meta = msg.metadata
+                    if meta.sequence.stream < next_seq:
+                        continue  # redelivered after a consumer reset
+                    next_seq = meta.sequence.stream + 1
+                    yield LogEntry(
+                        seq=meta.sequence.stream,
+                        subject=msg.subject,
+                        payload=msg.data,
+                        msg_id=(msg.headers or {}).get(MSG_ID),
+                        time=meta.timestamp,
+                    )
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await _unsubscribe(sub)
+            log.info("re-subscribing to %s from sequence %d", subject_filter, next_seq)
+
+    async def purge(self, subject: str) -> None:
+        """Remove every entry of `subject` (used when a domain is closed for good)."""
+        try:
+            await self._js.purge_stream(self.config.stream, subject=subject)
+        except nats.js.errors.APIError as exc:
+            raise BusError(f"cannot purge {subject}: {exc.description}") from exc
+
+    # -- internals -----------------------------------------------------------------------
+
+    async def _subscribe(self, subject_filter: str, start: int) -> JetStreamContext.PushSubscription:
+        delay = 0.05
+        while True:
+            try:
+                return await self._js.subscribe(
+                    subject_filter,
+                    stream=self.config.stream,
+                    ordered_consumer=True,
+                    idle_heartbeat=self.config.idle_heartbeat,
+                    config=api.ConsumerConfig(
+                        deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start
+                    ),
+                )
+            except (*_TRANSIENT, nats.js.errors.ServerError) as exc:
+                log.debug("cannot subscribe to %s yet (%r); retrying", subject_filter, exc)
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    async def _stalled(self, subject_filter: str, next_seq: int, reconnects: int) -> bool:
+        """Whether a quiet subscription is dead rather than idle."""
+        if self._client.stats["reconnects"] != reconnects:
+            return True  # the server may have lost our ephemeral consumer
+        try:
+            await self._js.get_msg(self.config.stream, seq=next_seq, subject=subject_filter, next=True)
+        except nats.js.errors.NotFoundError:
+            return False  # nothing new: idle
+        except (*_TRANSIENT, nats.js.errors.APIError):
+            return False  # cannot tell now; ask again after the next quiet spell
+        return True  # the stream has an entry we have not been sent
+
+    async def _find_own_append(self, subject: str, msg_id: str, expected: int) -> int | None:
+        """Sequence of our own earlier attempt, if it is what moved `subject` on."""
+        try:
+            raw = await self._js.get_msg(self.config.stream, seq=expected + 1, subject=subject, next=True)
+        except nats.js.errors.NotFoundError:
+            return None
+        if (raw.headers or {}).get(MSG_ID) == msg_id:
+            log.debug("append to %s already stored at %s under msg id %s", subject, raw.seq, msg_id)
+            return int(raw.seq or 0)
+        return None
+
+
+def actual_sequence(exc: nats.js.errors.APIError) -> int | None:
+    """The sequence a 10071 error says the subject really had, if it says."""
+    match = _ACTUAL_SEQ.search(exc.description or "")
+    return int(match.group(1)) if match else None
+
+
+async def _unsubscribe(sub: JetStreamContext.PushSubscription) -> None:
+    try:
+        await sub.unsubscribe()
+    except (nats.errors.Error, BusError):
+        pass  # connection gone: the server drops the ephemeral consumer by itself

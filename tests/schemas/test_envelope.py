@@ -1,0 +1,118 @@
+"""The wire envelope: round trips and every way a message can be rejected."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schemas import (
+    DEFAULT_MAX_PAYLOAD,
+    DecodeError,
+    Domain,
+    Envelope,
+    EnvelopeInvalid,
+    MessageType,
+    PayloadTooLarge,
+    SchemaVersionError,
+    WireError,
+)
+
+DOMAIN = Domain.parse("alice/s1/t1")
+
+
+def _raw(**changes: object) -> bytes:
+    fields = Envelope(type=MessageType.COMMIT, domain=DOMAIN, sender="agent-a").model_dump(mode="python")
+    fields.update(changes)
+    return msgpack.packb(fields, use_bin_type=True)
+
+
+tokens = st.from_regex(r"[A-Za-z0-9_-]{1,64}", fullmatch=True)
+bodies = st.dictionaries(
+    st.text(max_size=20),
+    st.recursive(
+        st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text() | st.binary(),
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+        max_leaves=10,
+    ),
+    max_size=5,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    user=tokens,
+    session=tokens,
+    task=tokens,
+    sender=st.text(min_size=1, max_size=128),
+    kind=st.sampled_from(list(MessageType)),
+    body=bodies,
+    ts=st.floats(allow_nan=False, allow_infinity=False),
+)
+def test_round_trip(user: str, session: str, task: str, sender: str, kind: MessageType, body: dict, ts: float) -> None:
+    envelope = Envelope(
+        type=kind, domain=Domain(user=user, session=session, task=task), sender=sender, body=body, ts=ts
+    )
+    assert Envelope.decode(envelope.encode()) == envelope
+
+
+def test_domain_travels_in_display_form() -> None:
+    raw = msgpack.unpackb(_raw())
+    assert raw["domain"] == "alice/s1/t1"
+    assert raw["v"] == 1
+
+
+@pytest.mark.parametrize(
+    ("data", "error", "says"),
+    [
+        (b"", DecodeError, "empty"),
+        (_raw()[:-4], DecodeError, "not valid msgpack"),
+        (_raw() + b"\x01", DecodeError, "1 trailing bytes"),
+        (msgpack.packb([1, 2]), DecodeError, "msgpack list, expected a map"),
+        (b"\xc1", DecodeError, "not valid msgpack"),
+        (_raw(v=2), SchemaVersionError, "unsupported envelope version 2; this build speaks v1"),
+        (_raw(v="1"), SchemaVersionError, "version '1'"),
+        (_raw(v=True), SchemaVersionError, "version True"),
+        (_raw(type="gossip"), EnvelopeInvalid, "field 'type'"),
+        (_raw(ts="yesterday"), EnvelopeInvalid, "field 'ts'"),
+        (_raw(sender=""), EnvelopeInvalid, "field 'sender'"),
+        (_raw(body=[1]), EnvelopeInvalid, "field 'body'"),
+        (_raw(extra=1), EnvelopeInvalid, "field 'extra'"),
+        (_raw(domain="alice/s1"), EnvelopeInvalid, "3 parts, got 2"),
+        (_raw(domain="alice/s.1/t1"), EnvelopeInvalid, "session 's.1' contains '.'"),
+        (_raw(domain="alice/s1/" + "t" * 65), EnvelopeInvalid, "over the limit of 64"),
+        (_raw(domain="alice/*/t1"), EnvelopeInvalid, "contains '*'"),
+    ],
+)
+def test_rejections_name_what_was_wrong(data: bytes, error: type[WireError], says: str) -> None:
+    with pytest.raises(error) as caught:
+        Envelope.decode(data)
+    assert says in str(caught.value)
+
+
+def test_missing_field_is_named() -> None:
+    fields = msgpack.unpackb(_raw())
+    del fields["sender"]
+    with pytest.raises(EnvelopeInvalid, match="field 'sender': Field required"):
+        Envelope.decode(msgpack.packb(fields))
+
+
+def test_oversize_is_refused_on_both_ends() -> None:
+    big = Envelope(type=MessageType.EVENT, domain=DOMAIN, sender="a", body={"x": "y" * DEFAULT_MAX_PAYLOAD})
+    with pytest.raises(PayloadTooLarge, match=r"over the limit of 1,048,576 bytes") as caught:
+        big.encode()
+    assert caught.value.limit == DEFAULT_MAX_PAYLOAD
+    assert caught.value.size > DEFAULT_MAX_PAYLOAD
+    small_limit = Envelope(type=MessageType.EVENT, domain=DOMAIN, sender="a").encode()
+    with pytest.raises(PayloadTooLarge):
+        Envelope.decode(small_limit, max_size=len(small_limit) - 1)
+    assert Envelope.decode(small_limit, max_size=len(small_limit)).sender == "a"
+
+
+def test_every_wire_error_is_a_ctxbus_error() -> None:
+    from schemas import CtxbusError
+
+    for error in (DecodeError, SchemaVersionError, EnvelopeInvalid, PayloadTooLarge):
+        assert issubclass(error, WireError)
+        assert issubclass(error, CtxbusError)
