@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
@@ -189,7 +189,7 @@ class TxLog:
             raise BusUnavailable(f"cannot read the last sequence of {subject}: {exc!r}") from exc
         return int(raw.seq or 0)
 
-    async def read(self, subject: str, from_seq: int = 1) -> AsyncIterator[LogEntry]:
+    async def read(self, subject: str, from_seq: int = 1) -> AsyncGenerator[LogEntry, None]:
         """Yield the entries of `subject` from `from_seq` up to the current end, in order."""
         end = await self.last_seq(subject)
         if end < from_seq:
@@ -203,7 +203,7 @@ class TxLog:
         finally:
             await follower.aclose()
 
-    async def follow(self, subject_filter: str, from_seq: int = 1) -> AsyncIterator[LogEntry]:
+    async def follow(self, subject_filter: str, from_seq: int = 1) -> AsyncGenerator[LogEntry, None]:
         """Yield every entry matching `subject_filter` from `from_seq` on, forever, in order.
 
         Each entry is yielded exactly once, across disconnects and server restarts.
