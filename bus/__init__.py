@@ -7,6 +7,7 @@ subclasses here, so callers never catch `nats.*`.
 from bus._cluster import LoopbackCluster
 from bus._connection import DEFAULT_CONNECT_DEADLINE, BusConfig, TlsConfig, connect
 from bus._errors import BusError, BusUnavailable, CasConflict, LeaseHeld, ServerError
+from bus._kv import Bucket, BucketConfig, KvEntry
 from bus._leases import Lease, LeaseConfig, Leases
 from bus._server import DEFAULT_SYNC_INTERVAL, EmbeddedServer, find_nats_server, free_port
 from bus._subjects import (
@@ -26,6 +27,8 @@ from bus._txlog import LogEntry, TxLog, TxLogConfig
 
 __all__ = [
     "BRIEF_BUCKET",
+    "Bucket",
+    "BucketConfig",
     "BusConfig",
     "BusError",
     "BusUnavailable",
@@ -33,6 +36,7 @@ __all__ = [
     "DEFAULT_CONNECT_DEADLINE",
     "DEFAULT_SYNC_INTERVAL",
     "EmbeddedServer",
+    "KvEntry",
     "LEASE_BUCKET",
     "Lease",
     "LeaseConfig",

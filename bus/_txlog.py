@@ -35,6 +35,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext, api
 
 from bus._errors import BusError, BusUnavailable, CasConflict
+from bus._streams import TRANSIENT, ensure_stream
 from bus._subjects import TX_STREAM, TX_SUBJECTS
 
 __all__ = ["TxLog", "TxLogConfig", "LogEntry"]
@@ -48,15 +49,6 @@ WRONG_LAST_SEQUENCE: Final = 10071
 
 _ACTUAL_SEQ = re.compile(r"wrong last sequence:\s*(\d+)")
 
-# Failures after which a publish may or may not have been stored: retry, same msg id.
-_TRANSIENT = (
-    nats.errors.TimeoutError,
-    nats.errors.NoRespondersError,
-    nats.errors.ConnectionReconnectingError,
-    nats.errors.StaleConnectionError,
-    nats.js.errors.ServiceUnavailableError,
-    nats.js.errors.NoStreamResponseError,
-)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,18 +111,7 @@ class TxLog:
             max_msg_size=self.config.max_msg_size,
             allow_direct=True,
         )
-        jsm = self._js
-        try:
-            try:
-                await jsm.add_stream(cfg)
-            except nats.js.errors.BadRequestError as exc:
-                if exc.err_code != 10058:  # stream name already in use with another config
-                    raise
-                await jsm.update_stream(cfg)
-        except nats.js.errors.APIError as exc:
-            raise BusError(f"cannot create stream {self.config.stream!r}: {exc.description}") from exc
-        except _TRANSIENT as exc:
-            raise BusUnavailable(f"cannot create stream {self.config.stream!r}: {exc!r}") from exc
+        await ensure_stream(self._js, cfg)
 
     async def append(
         self,
@@ -173,7 +154,7 @@ class TxLog:
                     if stored is not None:
                         return stored
                     raise CasConflict(subject, expected_last_subject_seq, actual_sequence(exc)) from exc
-                except _TRANSIENT as exc:
+                except TRANSIENT as exc:
                     log.debug("append to %s not acknowledged (%r); retrying", subject, exc)
                     await anyio.sleep(delay)
                     delay = min(delay * 2, 0.5)
@@ -185,7 +166,7 @@ class TxLog:
             raw = await self._js.get_msg(self.config.stream, subject=subject, direct=True)
         except nats.js.errors.NotFoundError:
             return 0
-        except _TRANSIENT as exc:
+        except TRANSIENT as exc:
             raise BusUnavailable(f"cannot read the last sequence of {subject}: {exc!r}") from exc
         return int(raw.seq or 0)
 
@@ -260,7 +241,7 @@ class TxLog:
                         deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start
                     ),
                 )
-            except (*_TRANSIENT, nats.js.errors.ServerError) as exc:
+            except (*TRANSIENT, nats.js.errors.ServerError) as exc:
                 log.debug("cannot subscribe to %s yet (%r); retrying", subject_filter, exc)
                 await anyio.sleep(delay)
                 delay = min(delay * 2, 1.0)
@@ -273,7 +254,7 @@ class TxLog:
             await self._js.get_msg(self.config.stream, seq=next_seq, subject=subject_filter, next=True)
         except nats.js.errors.NotFoundError:
             return False  # nothing new: idle
-        except (*_TRANSIENT, nats.js.errors.APIError):
+        except (*TRANSIENT, nats.js.errors.APIError):
             return False  # cannot tell now; ask again after the next quiet spell
         return True  # the stream has an entry we have not been sent
 

@@ -86,5 +86,5 @@ async def test_release_frees_the_key(leases: Leases) -> None:
 
 
 async def test_sub_second_ttl_is_refused(leases: Leases) -> None:
-    with pytest.raises(UsageError, match="at least 1 second, got 0.5"):
+    with pytest.raises(UsageError, match="ttl must be at least 1 second, got 0.5"):
         await leases.claim(_key(), "a", ttl=0.5)
