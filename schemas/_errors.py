@@ -12,6 +12,7 @@ of the wire or the bus at run time::
     │   ├── SchemaVersionError the envelope's `v` is one this build does not speak
     │   ├── EnvelopeInvalid   a field is missing or has the wrong type
     │   └── PayloadTooLarge   the encoded message exceeds the size limit
+    ├── ReplayError           a commit cannot follow the brief (defined with the rules)
     └── BusError              talking to NATS failed (defined in `bus`)
 
 `InvalidDomain` is also a `WireError` when it comes off the wire: `Envelope.decode`

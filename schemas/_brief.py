@@ -1,0 +1,261 @@
+"""The shared task brief: what every agent of one task agrees on, at one revision.
+
+The brief is never edited in place. The coordinator turns accepted proposals into commits,
+and every replica derives the same brief by applying them in log order
+(`schemas._brief_rules.apply`). That is why every model here is frozen, lists are tuples
+(so successive briefs share their unchanged items) and `brief_hash` is defined over a
+canonical form: two replicas agree exactly when their hashes do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from functools import cached_property
+from typing import Annotated, Final, TypeAlias
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, StringConstraints
+
+from schemas._domain import Domain
+
+__all__ = [
+    "AUTHOR_MAX",
+    "ID_MAX",
+    "KEYS_PER_AUTHOR",
+    "KEY_MAX",
+    "OPTION_MAX",
+    "REASON_MAX",
+    "TEXT_MAX",
+    "AuthorId",
+    "BriefModel",
+    "Closure",
+    "Decision",
+    "DomainField",
+    "DoneItem",
+    "DoneSummary",
+    "Entry",
+    "IdempotencyKey",
+    "Item",
+    "ItemId",
+    "Option",
+    "Outcome",
+    "Reason",
+    "RejectedOption",
+    "Revision",
+    "TaskBrief",
+    "Text",
+    "brief_hash",
+    "normalize",
+]
+
+TEXT_MAX: Final = 2000
+"""Longest goal, pending item, constraint, blocker, note or outcome, in characters."""
+OPTION_MAX: Final = 500
+"""Longest option of a decision or rejection; options are names, not essays."""
+REASON_MAX: Final = 2000
+"""Longest reason or rationale."""
+ID_MAX: Final = 32
+"""Longest item id accepted in a reference; real ids are a letter and a revision."""
+AUTHOR_MAX: Final = 128
+"""Longest agent or coordinator id, as for the envelope's `sender`."""
+KEY_MAX: Final = 128
+"""Longest idempotency key."""
+KEYS_PER_AUTHOR: Final = 64
+"""Idempotency keys remembered per author; see `TaskBrief.applied_keys`."""
+
+Text: TypeAlias = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=TEXT_MAX)]
+Option: TypeAlias = Annotated[
+    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=OPTION_MAX)
+]
+# A reason may be blank at the schema level so that the rules, not pydantic, refuse a
+# missing one: the proposer then gets `missing_reason` and a sentence, not a schema error.
+Reason: TypeAlias = Annotated[str, StringConstraints(strip_whitespace=True, max_length=REASON_MAX)]
+Outcome: TypeAlias = Annotated[str, StringConstraints(strip_whitespace=True, max_length=TEXT_MAX)]
+ItemId: TypeAlias = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=ID_MAX)]
+AuthorId: TypeAlias = Annotated[str, StringConstraints(min_length=1, max_length=AUTHOR_MAX)]
+IdempotencyKey: TypeAlias = Annotated[str, StringConstraints(min_length=1, max_length=KEY_MAX)]
+Revision: TypeAlias = Annotated[int, Field(ge=0)]
+
+
+def _parse_domain(value: object) -> object:
+    return Domain.parse(value) if isinstance(value, str) else value
+
+
+DomainField: TypeAlias = Annotated[
+    Domain, BeforeValidator(_parse_domain), PlainSerializer(str, return_type=str)
+]
+"""A `Domain` that loads from `'user/session/task'` and dumps back to that string."""
+
+
+def normalize(text: str) -> str:
+    """Fold case and runs of whitespace, so `'Local  Lock'` and `'local lock'` match.
+
+    Options and item texts are compared in this form: an agent must not get around a
+    rejection, or slip in a duplicate, by changing case or spacing.
+    """
+    return " ".join(text.casefold().split())
+
+
+class BriefModel(BaseModel):
+    """Base of the brief's models: immutable, and strict about unknown fields."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Entry(BriefModel):
+    """What every item of the brief has: an id, an author and a revision."""
+
+    id: ItemId
+    """Stable id: a kind letter and the revision that created it (`p12`, `d15`)."""
+    author: AuthorId
+    """Agent (or coordinator) whose proposal created the entry."""
+    rev: Revision
+    """Revision of the commit that created the entry."""
+
+
+class Item(Entry):
+    """A goal, pending item, constraint, blocker or note: one line of text."""
+
+    text: Text
+    """What it says."""
+
+    @cached_property
+    def norm(self) -> str:
+        """`text` normalized, for duplicate checks.
+
+        Cached because every proposal compares against every item. `model_copy` carries
+        the cache over, which is safe only because an entry's text is never updated.
+        """
+        return normalize(self.text)
+
+
+class DoneItem(Item):
+    """A pending item that was completed; keeps the pending item's id, author and rev."""
+
+    done_by: AuthorId
+    """Agent that completed it."""
+    done_rev: Revision
+    """Revision of the `complete` commit."""
+    outcome: Outcome = ""
+    """What came of it, if the agent said; empty otherwise."""
+
+    @property
+    def fact(self) -> str:
+        """The item as one fact: its text, and its outcome if any. Folding keeps this."""
+        return f"{self.text} -> {self.outcome}" if self.outcome else self.text
+
+
+class DoneSummary(BriefModel):
+    """Done items folded together to save tokens: their facts survive, their metadata not."""
+
+    facts: tuple[str, ...]
+    """`DoneItem.fact` of every folded item, oldest first."""
+    through_rev: Revision
+    """Revision of the latest fold."""
+
+
+class Decision(Entry):
+    """An option the task adopted, and why."""
+
+    option: Option
+    """The adopted option."""
+    rationale: Reason = ""
+    """Why it was adopted."""
+    supersedes: ItemId | None = None
+    """Id of the decision this one replaced, if any."""
+    superseded_by: ItemId | None = None
+    """Id of the decision that replaced this one. Superseded decisions are kept: the
+    history of what was decided is part of what agents must not relitigate."""
+
+    @cached_property
+    def norm(self) -> str:
+        """`option` normalized, for matching against rejections and other decisions."""
+        return normalize(self.option)
+
+
+class RejectedOption(Entry):
+    """An option the task ruled out; adopting it needs a `reopen` with a reason first."""
+
+    option: Option
+    """The rejected option."""
+    reason: Reason
+    """Why it was rejected; quoted back to any agent that tries to adopt it."""
+
+    @cached_property
+    def norm(self) -> str:
+        """`option` normalized, for matching against proposed decisions."""
+        return normalize(self.option)
+
+
+class Closure(BriefModel):
+    """Who closed the domain, when and why. A closed brief accepts no more operations."""
+
+    author: AuthorId
+    """Agent or coordinator that closed it."""
+    rev: Revision
+    """Revision of the `close` commit."""
+    reason: Reason = ""
+    """Why, if given."""
+
+
+class TaskBrief(BriefModel):
+    """The state of one domain's task, as of `revision`.
+
+    Build a new one with `TaskBrief(domain=...)`; change it only through
+    `schemas._brief_rules.apply`, which returns a new brief.
+    """
+
+    domain: DomainField
+    """The `user/session/task` this brief belongs to; commits of other domains are refused."""
+    revision: Revision = 0
+    """Revision of the last applied commit; 0 for a fresh brief."""
+    closed: Closure | None = None
+    """Set by `close`; `None` while the domain is open."""
+    goal: Item | None = None
+    """What the task is for; `set_goal` replaces it."""
+    pending: tuple[Item, ...] = ()
+    """Work not done yet, oldest first."""
+    done: tuple[DoneItem, ...] = ()
+    """Completed work not yet folded, in order of completion."""
+    done_summary: DoneSummary | None = None
+    """Older done items, folded into facts when the brief was over its token budget."""
+    decisions: tuple[Decision, ...] = ()
+    """Adopted options, superseded ones included, oldest first."""
+    rejected: tuple[RejectedOption, ...] = ()
+    """Options ruled out and not reopened, oldest first."""
+    constraints: tuple[Item, ...] = ()
+    """Hard rules every agent must follow; only an explicit, reasoned removal drops one."""
+    blockers: tuple[Item, ...] = ()
+    """Open obstacles, oldest first; resolving one removes it."""
+    notes: tuple[Item, ...] = ()
+    """Anything else worth sharing, oldest first."""
+    applied_keys: dict[AuthorId, tuple[tuple[IdempotencyKey, Revision], ...]] = Field(default_factory=dict)
+    """Per author, the last `KEYS_PER_AUTHOR` idempotency keys committed and their
+    revisions, oldest first. Part of the replicated state so that any coordinator can
+    answer a retried proposal with its original revision; an author with more than
+    `KEYS_PER_AUTHOR` proposals in flight may see an old retry committed again."""
+
+    @property
+    def is_closed(self) -> bool:
+        """Whether `close` has been committed."""
+        return self.closed is not None
+
+    def active_decisions(self) -> tuple[Decision, ...]:
+        """Decisions not superseded, oldest first."""
+        return tuple(d for d in self.decisions if d.superseded_by is None)
+
+    def canonical_bytes(self) -> bytes:
+        """The brief as sorted-key, whitespace-free UTF-8 JSON: the input of `brief_hash`."""
+        return json.dumps(
+            self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        ).encode()
+
+
+def brief_hash(brief: TaskBrief) -> str:
+    """SHA-256 hex digest of the brief's canonical form.
+
+    Covers every field, the revision and the remembered idempotency keys included, and
+    nothing that is not a field, so it survives a dump/validate round trip and does not
+    depend on the order a dict was built in.
+    """
+    return hashlib.sha256(brief.canonical_bytes()).hexdigest()

@@ -1,0 +1,179 @@
+"""What agents and coordinators say about the brief: proposals, commits and replies.
+
+An agent sends a `Proposal`; the coordinator answers with a `Reply`, either `Committed`
+(with the revision) or a `Rejection` (with a code a program can branch on and a reason a
+human can read), and appends a `Commit` to the domain's log for every accepted proposal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Annotated, Final, Literal, Self, TypeAlias
+
+from pydantic import Field, TypeAdapter, ValidationError
+from pydantic_core import ErrorDetails
+
+from schemas._brief import AuthorId, BriefModel, DomainField, IdempotencyKey, Revision
+from schemas._brief_ops import BriefOp
+
+__all__ = [
+    "Commit",
+    "Committed",
+    "Proposal",
+    "Rejection",
+    "RejectionCode",
+    "Reply",
+    "ReplyAdapter",
+    "parse_proposal",
+]
+
+_REJECTION_REASON_MAX: Final = 8000
+_SHOWN_INPUT_MAX: Final = 60
+
+
+class Proposal(BriefModel):
+    """An operation an agent asks the coordinator to commit to a domain's brief."""
+
+    domain: DomainField
+    """The brief it is for; accepts `'user/session/task'` or a `Domain`."""
+    author: AuthorId
+    """Id of the proposing agent; becomes the author of what the op creates."""
+    op: BriefOp
+    """What to change."""
+    key: IdempotencyKey
+    """Idempotency key, also the proposal's id: a retry must reuse it, so that a proposal
+    committed once and proposed again is answered with its original revision."""
+    base_revision: Revision | None = None
+    """If set, commit only while the brief is still at this revision (optimistic
+    concurrency for an op that only makes sense on the state the agent saw)."""
+
+
+class Commit(BriefModel):
+    """An accepted proposal at its place in the domain's log; replicas apply these in order."""
+
+    domain: DomainField
+    """The brief it belongs to; applying it to another domain's brief is an error."""
+    revision: Annotated[int, Field(ge=1)]
+    """The brief's revision once applied: one more than the revision it was validated at."""
+    op: BriefOp
+    """The change."""
+    author: AuthorId
+    """The proposing agent."""
+    key: IdempotencyKey
+    """The proposal's idempotency key, also used as the log message id."""
+    ts: float
+    """Commit time by the coordinator's clock, Unix seconds. Informational: the brief
+    does not depend on it, so replicas agree even if a retried append changed it."""
+    committed_by: AuthorId
+    """Id of the coordinator that committed it."""
+
+    @classmethod
+    def of(cls, proposal: Proposal, *, revision: int, ts: float, committed_by: str) -> Self:
+        """The commit that records `proposal` at `revision`."""
+        return cls(
+            domain=proposal.domain,
+            revision=revision,
+            op=proposal.op,
+            author=proposal.author,
+            key=proposal.key,
+            ts=ts,
+            committed_by=committed_by,
+        )
+
+
+class RejectionCode(StrEnum):
+    """Why a proposal was refused, for programs; `Rejection.reason` says it for people."""
+
+    INVALID_OP = "invalid_op"
+    """The body is not a valid proposal: unknown op, missing field, wrong type."""
+    FIELD_TOO_LONG = "field_too_long"
+    """A field is longer than its limit."""
+    WRONG_DOMAIN = "wrong_domain"
+    """The proposal names another domain than the brief it was validated against."""
+    DOMAIN_CLOSED = "domain_closed"
+    """The domain is closed; nothing more may change."""
+    STALE_BASE = "stale_base"
+    """The brief has moved on since `base_revision`."""
+    BASE_AHEAD = "base_ahead"
+    """`base_revision` is beyond the brief's revision: the validator's copy is behind and
+    should be reloaded before validating again."""
+    UNKNOWN_ITEM = "unknown_item"
+    """An id, or an option to reopen, matches nothing of the kind the op needs."""
+    MISSING_REASON = "missing_reason"
+    """A reject, reopen or constraint removal came without a reason."""
+    REJECTED_OPTION = "rejected_option"
+    """A decision adopts an option that is rejected and was not reopened."""
+    DUPLICATE = "duplicate"
+    """The same content (ignoring case and spacing) is already there."""
+    CONFLICT = "conflict"
+    """The op contradicts the brief: completing a done item, superseding a superseded
+    decision, rejecting the active decision's option."""
+
+
+class Rejection(BriefModel):
+    """A refused proposal; also the `rejected` variant of `Reply`."""
+
+    status: Literal["rejected"] = "rejected"
+    """Tag of the reply union."""
+    code: RejectionCode
+    """Machine-readable cause."""
+    reason: Annotated[str, Field(min_length=1, max_length=_REJECTION_REASON_MAX)]
+    """One or more sentences that say what was wrong, naming the items involved."""
+
+    @classmethod
+    def from_validation_error(cls, exc: ValidationError) -> Self:
+        """Turn pydantic's report on a bad proposal body into a rejection.
+
+        `field_too_long` if any field is over its limit (the coordinator counts these
+        apart: they are usually a prompt gone wrong), `invalid_op` otherwise.
+        """
+        errors = exc.errors(include_url=False)
+        too_long = any(e["type"] == "string_too_long" for e in errors)
+        code = RejectionCode.FIELD_TOO_LONG if too_long else RejectionCode.INVALID_OP
+        reason = "; ".join(_describe(e) for e in errors)
+        return cls(code=code, reason=reason[:_REJECTION_REASON_MAX])
+
+
+def _describe(error: ErrorDetails) -> str:
+    """One problem as `field 'op.text' is 2,345 characters long, over the limit of 2,000`."""
+    where = ".".join(str(part) for part in error["loc"]) or "<proposal>"
+    value = error.get("input")
+    limit = error.get("ctx", {}).get("max_length")
+    if error["type"] == "string_too_long" and isinstance(value, str) and limit is not None:
+        return f"field {where!r} is {len(value):,} characters long, over the limit of {limit:,}"
+    shown = repr(value)
+    if len(shown) > _SHOWN_INPUT_MAX:
+        shown = shown[: _SHOWN_INPUT_MAX - 3] + "..."
+    return f"field {where!r}: {error['msg']} (got {shown})"
+
+
+class Committed(BriefModel):
+    """An accepted proposal; the `committed` variant of `Reply`."""
+
+    status: Literal["committed"] = "committed"
+    """Tag of the reply union."""
+    revision: Annotated[int, Field(ge=1)]
+    """Revision of the commit that carries the proposal."""
+    duplicate: bool = False
+    """True when the key had been committed before: `revision` is that first commit's,
+    and nothing new was appended."""
+
+
+Reply: TypeAlias = Annotated[Committed | Rejection, Field(discriminator="status")]
+"""The coordinator's answer to a proposal."""
+
+ReplyAdapter: TypeAdapter[Reply] = TypeAdapter(Reply)
+"""Validates a reply body: `ReplyAdapter.validate_python(raw)`."""
+
+
+def parse_proposal(body: Mapping[str, object]) -> Proposal | Rejection:
+    """Validate a proposal body from the wire, or say in a `Rejection` why it is not one.
+
+    A bad body is the proposer's mistake, not a fault of the receiver, so it is answered
+    rather than raised.
+    """
+    try:
+        return Proposal.model_validate(body)
+    except ValidationError as exc:
+        return Rejection.from_validation_error(exc)

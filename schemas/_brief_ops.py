@@ -1,0 +1,174 @@
+"""Operations on the task brief: what an agent may propose and a commit may carry.
+
+Each operation is a frozen model with a `Literal` `op` tag, and `BriefOp` is their union
+discriminated on it, so a body with an unknown `op` fails validation naming the tag.
+Operations say what to change, never the resulting state: ids, authors and revisions
+are filled in when the commit is applied, identically on every replica.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, TypeAlias
+
+from pydantic import Field, TypeAdapter
+
+from schemas._brief import BriefModel, ItemId, Option, Outcome, Reason, Text
+
+__all__ = [
+    "AddBlocker",
+    "AddConstraint",
+    "AddDecision",
+    "AddNote",
+    "AddPending",
+    "BriefOp",
+    "BriefOpAdapter",
+    "Close",
+    "Complete",
+    "FoldDone",
+    "Reject",
+    "RemoveConstraint",
+    "Reopen",
+    "ResolveBlocker",
+    "SetGoal",
+]
+
+
+class SetGoal(BriefModel):
+    """Set or replace the goal."""
+
+    op: Literal["set_goal"] = "set_goal"
+    text: Text
+    """The new goal."""
+
+
+class AddPending(BriefModel):
+    """Add a piece of work to do."""
+
+    op: Literal["add_pending"] = "add_pending"
+    text: Text
+    """What needs doing."""
+
+
+class Complete(BriefModel):
+    """Move a pending item to done."""
+
+    op: Literal["complete"] = "complete"
+    item_id: ItemId
+    """Id of the pending item."""
+    outcome: Outcome = ""
+    """What came of it, kept as a fact even when done items are folded."""
+
+
+class AddDecision(BriefModel):
+    """Adopt an option, possibly in place of an earlier decision."""
+
+    op: Literal["add_decision"] = "add_decision"
+    option: Option
+    """The option adopted; refused while it is rejected."""
+    rationale: Reason = ""
+    """Why."""
+    supersedes: ItemId | None = None
+    """Id of an active decision this one replaces; that one is kept, marked superseded."""
+
+
+class Reject(BriefModel):
+    """Rule an option out, so that no agent adopts it again without reopening it."""
+
+    op: Literal["reject"] = "reject"
+    option: Option
+    """The option ruled out."""
+    reason: Reason = ""
+    """Why; required, and quoted to any agent that later tries to adopt the option."""
+
+
+class Reopen(BriefModel):
+    """Take an option off the rejected list so it may be decided on again."""
+
+    op: Literal["reopen"] = "reopen"
+    option: Option
+    """The rejected option, matched ignoring case and spacing."""
+    reason: Reason = ""
+    """Why the rejection no longer holds; required."""
+
+
+class AddConstraint(BriefModel):
+    """Add a hard rule every agent must follow."""
+
+    op: Literal["add_constraint"] = "add_constraint"
+    text: Text
+    """The rule."""
+
+
+class RemoveConstraint(BriefModel):
+    """Drop a constraint; the only way one ever leaves the brief."""
+
+    op: Literal["remove_constraint"] = "remove_constraint"
+    item_id: ItemId
+    """Id of the constraint."""
+    reason: Reason = ""
+    """Why it no longer applies; required."""
+
+
+class AddBlocker(BriefModel):
+    """Record something that stops progress."""
+
+    op: Literal["add_blocker"] = "add_blocker"
+    text: Text
+    """The obstacle."""
+
+
+class ResolveBlocker(BriefModel):
+    """Remove a blocker that no longer blocks."""
+
+    op: Literal["resolve_blocker"] = "resolve_blocker"
+    item_id: ItemId
+    """Id of the blocker."""
+
+
+class AddNote(BriefModel):
+    """Share anything else other agents should know."""
+
+    op: Literal["add_note"] = "add_note"
+    text: Text
+    """The note."""
+
+
+class Close(BriefModel):
+    """Close the domain: every later operation is refused."""
+
+    op: Literal["close"] = "close"
+    reason: Reason = ""
+    """Why, if worth saying."""
+
+
+class FoldDone(BriefModel):
+    """Fold done items into the done summary, keeping their facts.
+
+    Issued by the coordinator when the brief is over its token budget (see `fold_done_op`).
+    """
+
+    op: Literal["fold_done"] = "fold_done"
+    item_ids: Annotated[tuple[ItemId, ...], Field(min_length=1)]
+    """Ids of the done items to fold, each at most once."""
+
+
+BriefOp: TypeAlias = Annotated[
+    SetGoal
+    | AddPending
+    | Complete
+    | AddDecision
+    | Reject
+    | Reopen
+    | AddConstraint
+    | RemoveConstraint
+    | AddBlocker
+    | ResolveBlocker
+    | AddNote
+    | Close
+    | FoldDone,
+    Field(discriminator="op"),
+]
+"""Any operation on the brief, told apart by its `op` field."""
+
+BriefOpAdapter: TypeAdapter[BriefOp] = TypeAdapter(BriefOp)
+"""Validates one operation from a plain dict: `BriefOpAdapter.validate_python(raw)`."""

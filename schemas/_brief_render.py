@@ -1,0 +1,58 @@
+"""The brief as text, for an agent's pinned context.
+
+Compact on purpose: the rendered brief is paid for in every prompt of every agent. Items
+keep their ids (agents need them to complete, resolve or supersede) and drop revisions;
+rejected options keep their reasons so an agent sees why before proposing one again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from schemas._brief import Decision, TaskBrief
+
+__all__ = ["render_brief"]
+
+
+def render_brief(brief: TaskBrief) -> str:
+    """Render `brief` as a few headed lists; empty sections are left out."""
+    lines = [_title(brief)]
+    if brief.goal is not None:
+        lines.append(f"Goal: {brief.goal.text}")
+    _section(lines, "Constraints (must hold)", (f"[{c.id}] {c.text}" for c in brief.constraints))
+    _section(lines, "Decisions", map(_decision_line, brief.decisions))
+    _section(
+        lines,
+        "Rejected (do not adopt unless reopened)",
+        (f"[{r.id}] {r.option}: {r.reason}" for r in brief.rejected),
+    )
+    _section(lines, "Blockers", (f"[{b.id}] {b.text}" for b in brief.blockers))
+    _section(lines, "Pending", (f"[{p.id}] {p.text}" for p in brief.pending))
+    summary = () if brief.done_summary is None else (f"earlier: {'; '.join(brief.done_summary.facts)}",)
+    _section(lines, "Done", (*summary, *(f"[{d.id}] {d.fact} (by {d.done_by})" for d in brief.done)))
+    _section(lines, "Notes", (f"[{n.id}] {n.text} ({n.author})" for n in brief.notes))
+    return "\n".join(lines)
+
+
+def _title(brief: TaskBrief) -> str:
+    title = f"Task brief {brief.domain} @ rev {brief.revision}"
+    if brief.closed is not None:
+        why = f": {brief.closed.reason}" if brief.closed.reason else ""
+        title += f" (CLOSED at rev {brief.closed.rev} by {brief.closed.author}{why})"
+    return title
+
+
+def _decision_line(decision: Decision) -> str:
+    if decision.superseded_by is not None:
+        # Kept short: it only tells agents not to act on it any more.
+        return f"[{decision.id}] (superseded by {decision.superseded_by}) {decision.option}"
+    if decision.rationale:
+        return f"[{decision.id}] {decision.option}: {decision.rationale}"
+    return f"[{decision.id}] {decision.option}"
+
+
+def _section(lines: list[str], heading: str, entries: Iterable[str]) -> None:
+    body = [f"- {entry}" for entry in entries]
+    if body:
+        lines.append(f"{heading}:")
+        lines.extend(body)

@@ -1,0 +1,358 @@
+"""The rules of the brief, as pure functions both the coordinator and the replicas run.
+
+The coordinator calls `triage` (or `validate`) before it appends a commit; every replica
+calls `apply` on each commit in log order. Nothing here does I/O, reads a clock or draws
+a random number, so the same log gives the same brief, and the same `brief_hash`,
+everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final, TypeVar, assert_never
+
+from schemas._brief import (
+    KEYS_PER_AUTHOR,
+    Closure,
+    Decision,
+    DoneItem,
+    Entry,
+    Item,
+    RejectedOption,
+    TaskBrief,
+    normalize,
+)
+from schemas._brief_fold import fold_updates
+from schemas._brief_messages import Commit, Committed, Proposal, Rejection, Reply
+from schemas._brief_messages import RejectionCode as Code
+from schemas._brief_ops import (
+    AddBlocker,
+    AddConstraint,
+    AddDecision,
+    AddNote,
+    AddPending,
+    BriefOp,
+    Close,
+    Complete,
+    FoldDone,
+    Reject,
+    RemoveConstraint,
+    Reopen,
+    ResolveBlocker,
+    SetGoal,
+)
+from schemas._errors import CtxbusError
+
+__all__ = ["ReplayError", "applied_revision", "apply", "triage", "validate"]
+
+_QUOTE_MAX: Final = 80
+_E = TypeVar("_E", bound=Entry)
+
+
+class ReplayError(CtxbusError):
+    """Raised when a commit cannot follow the brief.
+
+    Either it belongs to another domain, or commits between the brief's revision and
+    the commit's are missing: the replica must reload rather than guess.
+    """
+
+
+def applied_revision(brief: TaskBrief, author: str, key: str) -> int | None:
+    """Revision at which `author`'s proposal `key` was committed, if it is remembered."""
+    for remembered, revision in brief.applied_keys.get(author, ()):
+        if remembered == key:
+            return revision
+    return None
+
+
+def triage(brief: TaskBrief, proposal: Proposal) -> Reply | None:
+    """The reply to send without committing, or `None` to commit at `brief.revision + 1`.
+
+    A key already committed is answered with its original revision (`duplicate=True`),
+    before any other rule: a retried `close` must still hear that it was committed.
+    Rejections are not remembered, so a retried rejected proposal is judged afresh.
+    """
+    revision = applied_revision(brief, proposal.author, proposal.key)
+    if revision is not None:
+        return Committed(revision=revision, duplicate=True)
+    return validate(brief, proposal)
+
+
+def validate(brief: TaskBrief, proposal_or_op: Proposal | BriefOp) -> Rejection | None:
+    """Why `brief` cannot take the proposal or op, or `None` if it can.
+
+    A bare op is checked against the brief's content only; a `Proposal` is also checked
+    for its domain and base revision, before its op: an op refused on a brief that moved
+    on under the agent is better answered with "re-read it". Idempotency is `triage`'s
+    job, not this one's.
+    """
+    if isinstance(proposal_or_op, Proposal):
+        proposal = proposal_or_op
+        if proposal.domain != brief.domain:
+            return _no(Code.WRONG_DOMAIN, f"the proposal is for domain {proposal.domain}, not {brief.domain}")
+        return _closed(brief) or _check_base(brief, proposal.base_revision) or _check(brief, proposal.op)
+    return _closed(brief) or _check(brief, proposal_or_op)
+
+
+def apply(brief: TaskBrief, commit: Commit) -> TaskBrief:
+    """The brief after `commit`; `brief` itself is left as it was.
+
+    A commit at or below the brief's revision was applied already and changes nothing,
+    so a replica may replay from any point before its revision. A commit whose key is
+    already remembered, or that breaks a rule (which only a faulty writer can cause),
+    advances the revision and nothing else: every replica still agrees, and the log
+    stays the one source of truth.
+
+    :raises ReplayError: if the commit is of another domain or would leave a gap.
+    """
+    if commit.domain != brief.domain:
+        raise ReplayError(f"commit of domain {commit.domain} cannot apply to the brief of {brief.domain}")
+    if commit.revision <= brief.revision:
+        return brief
+    if commit.revision != brief.revision + 1:
+        raise ReplayError(
+            f"commit of rev {commit.revision} cannot follow rev {brief.revision} of {brief.domain}: "
+            f"revisions {brief.revision + 1}..{commit.revision - 1} are missing"
+        )
+    if (
+        applied_revision(brief, commit.author, commit.key) is not None
+        or (_closed(brief) or _check(brief, commit.op)) is not None
+    ):
+        return brief.model_copy(update={"revision": commit.revision})
+    changes = _effect(brief, commit.op, author=commit.author, rev=commit.revision)
+    keys = _remember(brief.applied_keys, commit.author, commit.key, commit.revision)
+    return brief.model_copy(update={**changes, "revision": commit.revision, "applied_keys": keys})
+
+
+def _closed(brief: TaskBrief) -> Rejection | None:
+    closure = brief.closed
+    if closure is None:
+        return None
+    why = f": {closure.reason}" if closure.reason else ""
+    return _no(
+        Code.DOMAIN_CLOSED, f"domain {brief.domain} was closed at rev {closure.rev} by {closure.author}{why}"
+    )
+
+
+def _check_base(brief: TaskBrief, base: int | None) -> Rejection | None:
+    if base is None or base == brief.revision:
+        return None
+    if base > brief.revision:
+        return _no(
+            Code.BASE_AHEAD,
+            f"the proposal is based on rev {base}, "
+            f"but this copy of the brief is only at rev {brief.revision}",
+        )
+    return _no(
+        Code.STALE_BASE,
+        f"the proposal is based on rev {base}, but the brief is at rev {brief.revision} now; "
+        "re-read it and propose again",
+    )
+
+
+def _check(brief: TaskBrief, op: BriefOp) -> Rejection | None:
+    match op:
+        case SetGoal(text=text):
+            if brief.goal is not None and brief.goal.norm == normalize(text):
+                return _no(Code.DUPLICATE, f"the goal is already {_q(text)}")
+            return None
+        case AddPending(text=text):
+            return _check_new("pending item", brief.pending, text)
+        case Complete(item_id=item_id):
+            return _check_complete(brief, item_id)
+        case AddDecision():
+            return _check_decision(brief, op)
+        case Reject(option=option, reason=reason):
+            return _need_reason("rejecting an option", reason) or _check_reject(brief, option)
+        case Reopen(option=option, reason=reason):
+            return _need_reason("reopening an option", reason) or _check_reopen(brief, option)
+        case AddConstraint(text=text):
+            return _check_new("constraint", brief.constraints, text)
+        case RemoveConstraint(item_id=item_id, reason=reason):
+            return _need_reason("removing a constraint", reason) or _check_known(
+                "constraint", brief.constraints, item_id
+            )
+        case AddBlocker(text=text):
+            return _check_new("blocker", brief.blockers, text)
+        case ResolveBlocker(item_id=item_id):
+            return _check_known("blocker", brief.blockers, item_id)
+        case AddNote(text=text):
+            return _check_new("note", brief.notes, text)
+        case Close():
+            return None
+        case FoldDone(item_ids=item_ids):
+            return _check_fold(brief, item_ids)
+        case _:
+            assert_never(op)
+
+
+def _check_new(kind: str, items: tuple[Item, ...], text: str) -> Rejection | None:
+    norm = normalize(text)
+    for item in items:
+        if item.norm == norm:
+            return _no(Code.DUPLICATE, f"{kind} {item.id} already says {_q(item.text)}")
+    return None
+
+
+def _check_known(kind: str, items: tuple[_E, ...], item_id: str) -> Rejection | None:
+    if _find(items, item_id) is None:
+        return _no(Code.UNKNOWN_ITEM, f"there is no {kind} {item_id!r}")
+    return None
+
+
+def _check_complete(brief: TaskBrief, item_id: str) -> Rejection | None:
+    if _find(brief.pending, item_id) is not None:
+        return None
+    done = _find(brief.done, item_id)
+    if done is not None:
+        return _no(
+            Code.CONFLICT,
+            f"pending item {item_id} was already completed at rev {done.done_rev} by {done.done_by}",
+        )
+    return _no(Code.UNKNOWN_ITEM, f"there is no pending item {item_id!r} to complete")
+
+
+def _check_decision(brief: TaskBrief, op: AddDecision) -> Rejection | None:
+    rejected = _rejection_of(brief, op.option)
+    if rejected is not None:
+        return _no(
+            Code.REJECTED_OPTION,
+            f"option {_q(rejected.option)} was rejected at rev {rejected.rev} by {rejected.author}: "
+            f"{rejected.reason} (reopen it with a reason before deciding on it)",
+        )
+    if op.supersedes is not None:
+        old = _find(brief.decisions, op.supersedes)
+        if old is None:
+            return _no(Code.UNKNOWN_ITEM, f"there is no decision {op.supersedes!r} to supersede")
+        if old.superseded_by is not None:
+            return _no(Code.CONFLICT, f"decision {old.id} was already superseded by {old.superseded_by}")
+    norm = normalize(op.option)
+    for decision in brief.active_decisions():
+        if decision.norm == norm and decision.id != op.supersedes:
+            return _no(Code.DUPLICATE, f"option {_q(op.option)} is already decision {decision.id}")
+    return None
+
+
+def _check_reject(brief: TaskBrief, option: str) -> Rejection | None:
+    earlier = _rejection_of(brief, option)
+    if earlier is not None:
+        return _no(
+            Code.DUPLICATE,
+            f"option {_q(option)} was already rejected at rev {earlier.rev} by {earlier.author}: "
+            f"{earlier.reason}",
+        )
+    norm = normalize(option)
+    for decision in brief.active_decisions():
+        if decision.norm == norm:
+            return _no(
+                Code.CONFLICT,
+                f"option {_q(option)} is the adopted decision {decision.id}; "
+                "supersede it with another decision before rejecting it",
+            )
+    return None
+
+
+def _check_reopen(brief: TaskBrief, option: str) -> Rejection | None:
+    if _rejection_of(brief, option) is None:
+        return _no(Code.UNKNOWN_ITEM, f"option {_q(option)} is not rejected, so there is nothing to reopen")
+    return None
+
+
+def _check_fold(brief: TaskBrief, item_ids: tuple[str, ...]) -> Rejection | None:
+    if len(set(item_ids)) != len(item_ids):
+        twice = next(i for i in item_ids if item_ids.count(i) > 1)
+        return _no(Code.INVALID_OP, f"done item {twice} is listed more than once")
+    for item_id in item_ids:
+        if _find(brief.done, item_id) is None:
+            return _no(Code.UNKNOWN_ITEM, f"there is no done item {item_id!r} to fold")
+    return None
+
+
+def _need_reason(action: str, reason: str) -> Rejection | None:
+    if reason:
+        return None
+    return _no(Code.MISSING_REASON, f"{action} needs a reason; say why")
+
+
+def _effect(brief: TaskBrief, op: BriefOp, *, author: str, rev: int) -> dict[str, object]:
+    """The fields `op` changes, for `model_copy(update=...)`; `op` is known to be valid."""
+
+    def item(prefix: str, text: str) -> Item:
+        return Item(id=f"{prefix}{rev}", author=author, rev=rev, text=text)
+
+    match op:
+        case SetGoal(text=text):
+            return {"goal": item("g", text)}
+        case AddPending(text=text):
+            return {"pending": (*brief.pending, item("p", text))}
+        case Complete(item_id=item_id, outcome=outcome):
+            todo = _find(brief.pending, item_id)
+            assert todo is not None
+            done = DoneItem(**todo.model_dump(), done_by=author, done_rev=rev, outcome=outcome)
+            return {"pending": _without(brief.pending, item_id), "done": (*brief.done, done)}
+        case AddDecision(option=option, rationale=rationale, supersedes=supersedes):
+            new = Decision(
+                id=f"d{rev}",
+                author=author,
+                rev=rev,
+                option=option,
+                rationale=rationale,
+                supersedes=supersedes,
+            )
+            decisions = tuple(
+                d.model_copy(update={"superseded_by": new.id}) if d.id == supersedes else d
+                for d in brief.decisions
+            )
+            return {"decisions": (*decisions, new)}
+        case Reject(option=option, reason=reason):
+            rejected = RejectedOption(id=f"r{rev}", author=author, rev=rev, option=option, reason=reason)
+            return {"rejected": (*brief.rejected, rejected)}
+        case Reopen(option=option):
+            norm = normalize(option)
+            return {"rejected": tuple(r for r in brief.rejected if r.norm != norm)}
+        case AddConstraint(text=text):
+            return {"constraints": (*brief.constraints, item("c", text))}
+        case RemoveConstraint(item_id=item_id):
+            return {"constraints": _without(brief.constraints, item_id)}
+        case AddBlocker(text=text):
+            return {"blockers": (*brief.blockers, item("b", text))}
+        case ResolveBlocker(item_id=item_id):
+            return {"blockers": _without(brief.blockers, item_id)}
+        case AddNote(text=text):
+            return {"notes": (*brief.notes, item("n", text))}
+        case Close(reason=reason):
+            return {"closed": Closure(author=author, rev=rev, reason=reason)}
+        case FoldDone(item_ids=item_ids):
+            return fold_updates(brief, item_ids, rev=rev)
+        case _:
+            assert_never(op)
+
+
+def _remember(
+    keys: Mapping[str, tuple[tuple[str, int], ...]], author: str, key: str, rev: int
+) -> dict[str, tuple[tuple[str, int], ...]]:
+    mine = (*keys.get(author, ()), (key, rev))[-KEYS_PER_AUTHOR:]
+    return {**keys, author: mine}
+
+
+def _rejection_of(brief: TaskBrief, option: str) -> RejectedOption | None:
+    norm = normalize(option)
+    return next((r for r in brief.rejected if r.norm == norm), None)
+
+
+def _find(items: tuple[_E, ...], item_id: str) -> _E | None:
+    return next((i for i in items if i.id == item_id), None)
+
+
+def _without(items: tuple[_E, ...], item_id: str) -> tuple[_E, ...]:
+    return tuple(i for i in items if i.id != item_id)
+
+
+def _q(text: str) -> str:
+    """`text` in quotes, cut short if long: reasons quote items, they do not repeat them."""
+    shown = text if len(text) <= _QUOTE_MAX else text[: _QUOTE_MAX - 3] + "..."
+    return f"'{shown}'"
+
+
+def _no(code: Code, reason: str) -> Rejection:
+    return Rejection(code=code, reason=reason)

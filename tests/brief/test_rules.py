@@ -1,0 +1,460 @@
+"""Every op accepted, every rejection code, bad bodies and idempotent retries."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import get_args
+
+import msgpack
+import pytest
+
+from schemas import Domain
+from schemas._brief import KEYS_PER_AUTHOR, TEXT_MAX, Closure, DoneSummary, Item, TaskBrief, brief_hash
+from schemas._brief_messages import (
+    Committed,
+    Proposal,
+    Rejection,
+    RejectionCode,
+    ReplyAdapter,
+    parse_proposal,
+)
+from schemas._brief_ops import (
+    AddBlocker,
+    AddConstraint,
+    AddDecision,
+    AddNote,
+    AddPending,
+    BriefOp,
+    Close,
+    Complete,
+    FoldDone,
+    Reject,
+    RemoveConstraint,
+    Reopen,
+    ResolveBlocker,
+    SetGoal,
+)
+from schemas._brief_rules import applied_revision, validate
+from tests.brief.helpers import DOMAIN, OTHER, accept, next_key, seeded, submit
+
+# --- every op, accepted ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Accepted:
+    name: str
+    build: Callable[[TaskBrief], BriefOp]
+    effect: Callable[[TaskBrief, TaskBrief], tuple[object, object]]
+    """Given the brief before and after, what changed and what should have."""
+
+
+def _newest(items: tuple[Item, ...]) -> tuple[str, str, int]:
+    """Text, author and revision of the newest item."""
+    return items[-1].text, items[-1].author, items[-1].rev
+
+
+ACCEPTED = [
+    Accepted(
+        "set_goal",
+        lambda b: SetGoal(text="Ship it today"),
+        lambda b, a: (a.goal and (a.goal.id, a.goal.text), (f"g{a.revision}", "Ship it today")),
+    ),
+    Accepted(
+        "add_pending",
+        lambda b: AddPending(text="  benchmark it "),
+        lambda b, a: (
+            (a.pending[:-1], _newest(a.pending)),
+            (b.pending, ("benchmark it", "agent-a", a.revision)),
+        ),
+    ),
+    Accepted(
+        "complete",
+        lambda b: Complete(item_id=b.pending[0].id, outcome="done"),
+        lambda b, a: (
+            (a.pending, a.done[-1].model_dump()),
+            (
+                b.pending[1:],
+                {
+                    **b.pending[0].model_dump(),
+                    "done_by": "agent-a",
+                    "done_rev": a.revision,
+                    "outcome": "done",
+                },
+            ),
+        ),
+    ),
+    Accepted(
+        "add_decision",
+        lambda b: AddDecision(option="embedded nats", rationale="no setup"),
+        lambda b, a: (
+            (a.decisions[:-1], a.decisions[-1].option, a.decisions[-1].rationale),
+            (b.decisions, "embedded nats", "no setup"),
+        ),
+    ),
+    Accepted(
+        "add_decision_superseding",
+        lambda b: AddDecision(option="KV CAS", supersedes=b.active_decisions()[-1].id),
+        lambda b, a: (
+            (a.decisions[len(b.decisions) - 1].superseded_by, a.decisions[-1].supersedes, len(a.decisions)),
+            (a.decisions[-1].id, b.active_decisions()[-1].id, len(b.decisions) + 1),
+        ),
+    ),
+    Accepted(
+        "reject",
+        lambda b: Reject(option="polling", reason="too slow"),
+        lambda b, a: (
+            (a.rejected[:-1], a.rejected[-1].option, a.rejected[-1].reason),
+            (b.rejected, "polling", "too slow"),
+        ),
+    ),
+    Accepted(
+        "reopen",
+        lambda b: Reopen(option="  LOCAL Lock +   unique index ", reason="new facts"),
+        lambda b, a: (a.rejected, tuple(r for r in b.rejected if r.option != "local lock + unique index")),
+    ),
+    Accepted(
+        "add_constraint",
+        lambda b: AddConstraint(text="p99 under 5 ms"),
+        lambda b, a: ((a.constraints[:-1], a.constraints[-1].text), (b.constraints, "p99 under 5 ms")),
+    ),
+    Accepted(
+        "remove_constraint",
+        lambda b: RemoveConstraint(item_id=b.constraints[0].id, reason="moved to CI"),
+        lambda b, a: (a.constraints, b.constraints[1:]),
+    ),
+    Accepted(
+        "add_blocker",
+        lambda b: AddBlocker(text="CI is red"),
+        lambda b, a: ((a.blockers[:-1], a.blockers[-1].text), (b.blockers, "CI is red")),
+    ),
+    Accepted(
+        "resolve_blocker",
+        lambda b: ResolveBlocker(item_id=b.blockers[0].id),
+        lambda b, a: (a.blockers, b.blockers[1:]),
+    ),
+    Accepted(
+        "add_note",
+        lambda b: AddNote(text="ask agent-b first"),
+        lambda b, a: (
+            (a.notes[:-1], _newest(a.notes)),
+            (b.notes, ("ask agent-b first", "agent-a", a.revision)),
+        ),
+    ),
+    Accepted(
+        "close",
+        lambda b: Close(reason="shipped"),
+        lambda b, a: (a.closed, Closure(author="agent-a", rev=a.revision, reason="shipped")),
+    ),
+    Accepted(
+        "fold_done",
+        lambda b: FoldDone(item_ids=(b.done[0].id,)),
+        lambda b, a: (
+            (a.done, a.done_summary),
+            (b.done[1:], DoneSummary(facts=(b.done[0].fact,), through_rev=a.revision)),
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", ACCEPTED, ids=lambda c: c.name)
+def test_op_is_committed_and_applied(case: Accepted) -> None:
+    before = seeded()
+    digest = brief_hash(before)
+    after, reply = submit(before, case.build(before))
+    assert reply == Committed(revision=before.revision + 1)
+    assert after.revision == before.revision + 1
+    actual, expected = case.effect(before, after)
+    assert actual == expected
+    assert brief_hash(before) == digest, "apply changed its input"
+
+
+def test_every_op_has_an_accepted_case() -> None:
+    tags = {get_args(model.model_fields["op"].annotation)[0] for model in get_args(get_args(BriefOp)[0])}
+    assert tags == {case.build(seeded()).op for case in ACCEPTED}
+
+
+def test_reopened_option_can_be_decided() -> None:
+    brief = accept(seeded(), Reopen(option="local lock + unique index", reason="index is per domain"))
+    after = accept(brief, AddDecision(option="Local lock + unique index"))
+    assert after.active_decisions()[-1].option == "Local lock + unique index"
+
+
+# --- every rejection code ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Refused:
+    name: str
+    build: Callable[[TaskBrief], BriefOp | Proposal]
+    code: RejectionCode
+    says: Callable[[TaskBrief], str]
+    """Text the reason must contain, from the brief the op was refused by."""
+
+
+def _proposal(op: BriefOp, *, domain: Domain = DOMAIN, base: int | None = None) -> Proposal:
+    return Proposal(domain=domain, author="agent-a", op=op, key=next_key(), base_revision=base)
+
+
+REFUSED = [
+    Refused(
+        "rejected_option",
+        lambda b: AddDecision(option=" LOCAL lock +  Unique INDEX"),
+        RejectionCode.REJECTED_OPTION,
+        lambda b: (
+            f"option '{b.rejected[0].option}' was rejected at rev {b.rejected[0].rev} by agent-b: "
+            f"{b.rejected[0].reason}"
+        ),
+    ),
+    Refused(
+        "complete_unknown", lambda b: Complete(item_id="p999"), RejectionCode.UNKNOWN_ITEM, lambda b: "'p999'"
+    ),
+    Refused(
+        "complete_a_decision",
+        lambda b: Complete(item_id=b.decisions[0].id),
+        RejectionCode.UNKNOWN_ITEM,
+        lambda b: b.decisions[0].id,
+    ),
+    Refused(
+        "resolve_unknown",
+        lambda b: ResolveBlocker(item_id="b999"),
+        RejectionCode.UNKNOWN_ITEM,
+        lambda b: "'b999'",
+    ),
+    Refused(
+        "remove_unknown",
+        lambda b: RemoveConstraint(item_id="c999", reason="x"),
+        RejectionCode.UNKNOWN_ITEM,
+        lambda b: "'c999'",
+    ),
+    Refused(
+        "supersede_unknown",
+        lambda b: AddDecision(option="x", supersedes="d999"),
+        RejectionCode.UNKNOWN_ITEM,
+        lambda b: "'d999'",
+    ),
+    Refused(
+        "reopen_not_rejected",
+        lambda b: Reopen(option="Redis", reason="x"),
+        RejectionCode.UNKNOWN_ITEM,
+        lambda b: "'Redis' is not rejected",
+    ),
+    Refused(
+        "fold_unknown", lambda b: FoldDone(item_ids=("p999",)), RejectionCode.UNKNOWN_ITEM, lambda b: "'p999'"
+    ),
+    Refused(
+        "reject_without_reason",
+        lambda b: Reject(option="Redis", reason="   "),
+        RejectionCode.MISSING_REASON,
+        lambda b: "rejecting an option needs a reason",
+    ),
+    Refused(
+        "reopen_without_reason",
+        lambda b: Reopen(option=b.rejected[0].option),
+        RejectionCode.MISSING_REASON,
+        lambda b: "reopening an option needs a reason",
+    ),
+    Refused(
+        "remove_without_reason",
+        lambda b: RemoveConstraint(item_id=b.constraints[0].id),
+        RejectionCode.MISSING_REASON,
+        lambda b: "removing a constraint needs a reason",
+    ),
+    Refused(
+        "same_goal",
+        lambda b: SetGoal(text="ship the  SHARED brief"),
+        RejectionCode.DUPLICATE,
+        lambda b: "goal",
+    ),
+    Refused(
+        "same_pending",
+        lambda b: AddPending(text="Write The Rules"),
+        RejectionCode.DUPLICATE,
+        lambda b: b.pending[0].id,
+    ),
+    Refused(
+        "same_constraint",
+        lambda b: AddConstraint(text=b.constraints[0].text.upper()),
+        RejectionCode.DUPLICATE,
+        lambda b: b.constraints[0].id,
+    ),
+    Refused(
+        "same_blocker",
+        lambda b: AddBlocker(text=b.blockers[0].text),
+        RejectionCode.DUPLICATE,
+        lambda b: b.blockers[0].id,
+    ),
+    Refused(
+        "same_note", lambda b: AddNote(text=b.notes[0].text), RejectionCode.DUPLICATE, lambda b: b.notes[0].id
+    ),
+    Refused(
+        "rejected_twice",
+        lambda b: Reject(option="Local Lock + Unique Index", reason="still"),
+        RejectionCode.DUPLICATE,
+        lambda b: f"already rejected at rev {b.rejected[0].rev}",
+    ),
+    Refused(
+        "decided_twice",
+        lambda b: AddDecision(option="jetstream cas on the SUBJECT"),
+        RejectionCode.DUPLICATE,
+        lambda b: b.active_decisions()[0].id,
+    ),
+    Refused(
+        "complete_done",
+        lambda b: Complete(item_id=b.done[0].id),
+        RejectionCode.CONFLICT,
+        lambda b: f"already completed at rev {b.done[0].done_rev}",
+    ),
+    Refused(
+        "supersede_superseded",
+        lambda b: AddDecision(option="cbor", supersedes=b.decisions[0].id),
+        RejectionCode.CONFLICT,
+        lambda b: f"already superseded by {b.decisions[0].superseded_by}",
+    ),
+    Refused(
+        "reject_adopted",
+        lambda b: Reject(option="JetStream CAS on the subject", reason="x"),
+        RejectionCode.CONFLICT,
+        lambda b: f"adopted decision {b.active_decisions()[0].id}",
+    ),
+    Refused(
+        "fold_repeats_id",
+        lambda b: FoldDone(item_ids=(b.done[0].id, b.done[0].id)),
+        RejectionCode.INVALID_OP,
+        lambda b: "more than once",
+    ),
+    Refused(
+        "wrong_domain",
+        lambda b: _proposal(AddNote(text="x"), domain=OTHER),
+        RejectionCode.WRONG_DOMAIN,
+        lambda b: f"{OTHER}, not {DOMAIN}",
+    ),
+    Refused(
+        "stale_base",
+        lambda b: _proposal(AddNote(text="x"), base=b.revision - 1),
+        RejectionCode.STALE_BASE,
+        lambda b: f"at rev {b.revision} now",
+    ),
+    Refused(
+        "base_ahead",
+        lambda b: _proposal(AddNote(text="x"), base=b.revision + 1),
+        RejectionCode.BASE_AHEAD,
+        lambda b: f"only at rev {b.revision}",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", REFUSED, ids=lambda c: c.name)
+def test_rule_rejections(case: Refused) -> None:
+    brief = seeded()
+    rejection = validate(brief, case.build(brief))
+    assert rejection is not None
+    assert rejection.code is case.code
+    assert case.says(brief) in rejection.reason
+
+
+@pytest.mark.parametrize("case", ACCEPTED, ids=lambda c: c.name)
+def test_every_op_on_a_closed_domain_is_rejected(case: Accepted) -> None:
+    brief = seeded()
+    closed = accept(brief, Close(reason="done"), author="agent-c")
+    after, reply = submit(closed, case.build(brief))
+    assert after is closed
+    assert isinstance(reply, Rejection) and reply.code is RejectionCode.DOMAIN_CLOSED
+    assert reply.reason == f"domain {DOMAIN} was closed at rev {closed.revision} by agent-c: done"
+
+
+def test_base_revision_equal_to_the_brief_is_accepted() -> None:
+    brief = seeded()
+    assert validate(brief, _proposal(AddNote(text="x"), base=brief.revision)) is None
+
+
+BAD_BODIES = [
+    pytest.param({"op": {"op": "frobnicate"}}, RejectionCode.INVALID_OP, "'frobnicate'", id="unknown_op"),
+    pytest.param({"op": {"op": "add_note"}}, RejectionCode.INVALID_OP, "op.add_note.text", id="missing_text"),
+    pytest.param(
+        {"op": {"op": "add_note", "text": "  "}},
+        RejectionCode.INVALID_OP,
+        "op.add_note.text",
+        id="blank_text",
+    ),
+    pytest.param(
+        {"op": {"op": "close", "force": True}}, RejectionCode.INVALID_OP, "op.close.force", id="extra_field"
+    ),
+    pytest.param({"domain": "alice/s1/t.1"}, RejectionCode.INVALID_OP, "contains '.'", id="bad_domain"),
+    pytest.param({"key": ""}, RejectionCode.INVALID_OP, "'key'", id="empty_key"),
+    pytest.param(
+        {"op": {"op": "add_pending", "text": "x" * (TEXT_MAX + 1)}},
+        RejectionCode.FIELD_TOO_LONG,
+        f"'op.add_pending.text' is {TEXT_MAX + 1:,} characters long, over the limit of {TEXT_MAX:,}",
+        id="long_text",
+    ),
+    pytest.param(
+        {"op": {"op": "reject", "option": "o" * 501, "reason": "r"}},
+        RejectionCode.FIELD_TOO_LONG,
+        "'op.reject.option' is 501 characters",
+        id="long_option",
+    ),
+]
+
+
+@pytest.mark.parametrize(("body", "code", "says"), BAD_BODIES)
+def test_bad_proposal_bodies_are_answered(body: dict[str, object], code: RejectionCode, says: str) -> None:
+    raw: dict[str, object] = {"domain": str(DOMAIN), "author": "agent-a", "key": "k1", "op": {"op": "close"}}
+    result = parse_proposal({**raw, **body})
+    assert isinstance(result, Rejection), result
+    assert result.code is code
+    assert says in result.reason
+
+
+def test_good_proposal_body_parses() -> None:
+    body = {"domain": str(DOMAIN), "author": "agent-a", "key": "k1", "op": {"op": "add_note", "text": " hi "}}
+    assert parse_proposal(body) == Proposal(domain=DOMAIN, author="agent-a", key="k1", op=AddNote(text="hi"))
+
+
+def test_every_rejection_code_has_a_case() -> None:
+    # DOMAIN_CLOSED has its own test, run for every op.
+    covered = {c.code for c in REFUSED} | {p.values[1] for p in BAD_BODIES} | {RejectionCode.DOMAIN_CLOSED}
+    assert covered == set(RejectionCode)
+
+
+def test_replies_round_trip_through_msgpack() -> None:
+    for reply in (Committed(revision=3, duplicate=True), Rejection(code=RejectionCode.CONFLICT, reason="no")):
+        wire = msgpack.packb(reply.model_dump(mode="json"))
+        assert ReplyAdapter.validate_python(msgpack.unpackb(wire)) == reply
+
+
+# --- idempotency ---------------------------------------------------------------
+
+
+def test_repeated_key_returns_the_original_revision() -> None:
+    brief, first = submit(seeded(), AddNote(text="once"), key="k-note")
+    brief = accept(brief, AddPending(text="something else"))
+    again, reply = submit(brief, AddNote(text="once"), key="k-note")
+    assert isinstance(first, Committed)
+    assert reply == Committed(revision=first.revision, duplicate=True)
+    assert again is brief
+
+
+def test_repeated_close_is_committed_not_refused() -> None:
+    closed, first = submit(seeded(), Close(), key="k-close")
+    again, reply = submit(closed, Close(), key="k-close")
+    assert isinstance(first, Committed)
+    assert reply == Committed(revision=first.revision, duplicate=True)
+    assert again is closed
+
+
+def test_keys_are_per_author() -> None:
+    brief = accept(seeded(), AddNote(text="from a"), key="same")
+    after = accept(brief, AddNote(text="from b"), key="same", author="agent-b")
+    assert applied_revision(after, "agent-a", "same") == brief.revision
+    assert applied_revision(after, "agent-b", "same") == after.revision
+
+
+def test_each_author_remembers_a_bounded_number_of_keys() -> None:
+    brief = accept(seeded(), AddNote(text="first"), key="k-first")
+    for i in range(KEYS_PER_AUTHOR - 1):
+        brief = accept(brief, AddNote(text=f"note {i}"))
+    assert applied_revision(brief, "agent-a", "k-first") is not None
+    brief = accept(brief, AddNote(text="one more"))
+    assert applied_revision(brief, "agent-a", "k-first") is None
+    assert len(brief.applied_keys["agent-a"]) == KEYS_PER_AUTHOR
