@@ -1,1 +1,147 @@
-"""Tail hygiene, nudge bands, Channel 1 reminders and Channel 2 delivery."""
+"""Tail hygiene, nudge bands, Channel 1 reminders and Channel 2 delivery.
+
+The agent decides what to forget; this package tells it when and how much:
+
+- `HygieneWalker` measures the rendered tail (`TailPart`s and `TailTag`s from the
+  context engine) as {U, T}: reclaimable tokens out of eligible tokens.
+- `band_for` turns {U, T} into a `Band`; `TailMeasure.channel2` says whether the
+  Channel 2 predicate holds.
+- `Channel1` appends a `Reminder` to tool outputs, with its state persisted through a
+  `NudgeStateStore` (`SqliteNudgeStateStore` in the agent's SQLite file).
+- `plan_drops` turns a ctx_reduce ``drop="3-5,9"`` request into a `DropPlan`.
+"""
+
+from agents.nudges._bands import (
+    CHANNEL2_MIN_RECLAIMABLE_TOKENS,
+    CHANNEL2_SEVERITY,
+    FIRM_SEVERITY,
+    GENTLE_SEVERITY,
+    MIN_RECLAIMABLE_TOKENS,
+    MIN_TAIL_TOKENS,
+    REFIRE_GROWTH_RATIO,
+    REFIRE_MIN_GROWTH_TOKENS,
+    URGENT_SEVERITY,
+    Band,
+    band_for,
+    channel1_band,
+    channel2_armed,
+    refire_growth,
+    round_half_up,
+    severity,
+)
+from agents.nudges._channel1 import (
+    REFIRE_MIN_USER_TURNS,
+    Channel1,
+    Channel1Decision,
+    Channel1Outcome,
+    Verdict,
+    decide,
+    start_grace,
+)
+from agents.nudges._hints import HINT_LIMIT, HINT_MIN_OUTPUT_TOKENS, ReclaimHint, ToolCategory, tool_category
+from agents.nudges._hygiene import HygieneWalker, TailMeasure
+from agents.nudges._markers import (
+    REMINDER_CLOSE,
+    REMINDER_OPEN,
+    drop_placeholder,
+    is_drop_placeholder,
+    strip_reminder_spans,
+    wrap_reminder,
+)
+from agents.nudges._protection import (
+    REDUCE_TOOL_NAME,
+    newest_reduce_tags,
+    protected_floor,
+    protection_window,
+)
+from agents.nudges._reduce import (
+    DropPlan,
+    DropRangeTooLarge,
+    DropSpecError,
+    DropStyle,
+    ReversedDropRange,
+    UnknownDropTags,
+    drop_style,
+    parse_drop_spec,
+    plan_drops,
+)
+from agents.nudges._reminders import Reminder, approx_tokens
+from agents.nudges._state import (
+    Channel1Level,
+    Channel1State,
+    MemoryNudgeStateStore,
+    NudgeState,
+    NudgeStateCorrupt,
+    NudgeStateStore,
+    PostReduceGrace,
+    SqliteNudgeStateStore,
+)
+from agents.nudges._tail import PartKind, TagKind, TagState, TailPart, TailTag, TokenCounter
+
+__all__ = [
+    "CHANNEL2_MIN_RECLAIMABLE_TOKENS",
+    "CHANNEL2_SEVERITY",
+    "FIRM_SEVERITY",
+    "GENTLE_SEVERITY",
+    "HINT_LIMIT",
+    "HINT_MIN_OUTPUT_TOKENS",
+    "MIN_RECLAIMABLE_TOKENS",
+    "MIN_TAIL_TOKENS",
+    "REDUCE_TOOL_NAME",
+    "REFIRE_GROWTH_RATIO",
+    "REFIRE_MIN_GROWTH_TOKENS",
+    "REFIRE_MIN_USER_TURNS",
+    "REMINDER_CLOSE",
+    "REMINDER_OPEN",
+    "URGENT_SEVERITY",
+    "Band",
+    "Channel1",
+    "Channel1Decision",
+    "Channel1Level",
+    "Channel1Outcome",
+    "Channel1State",
+    "DropPlan",
+    "DropRangeTooLarge",
+    "DropSpecError",
+    "DropStyle",
+    "HygieneWalker",
+    "MemoryNudgeStateStore",
+    "NudgeState",
+    "NudgeStateCorrupt",
+    "NudgeStateStore",
+    "PartKind",
+    "PostReduceGrace",
+    "ReclaimHint",
+    "Reminder",
+    "ReversedDropRange",
+    "SqliteNudgeStateStore",
+    "TagKind",
+    "TagState",
+    "TailMeasure",
+    "TailPart",
+    "TailTag",
+    "TokenCounter",
+    "ToolCategory",
+    "UnknownDropTags",
+    "Verdict",
+    "approx_tokens",
+    "band_for",
+    "channel1_band",
+    "channel2_armed",
+    "decide",
+    "drop_placeholder",
+    "drop_style",
+    "is_drop_placeholder",
+    "newest_reduce_tags",
+    "parse_drop_spec",
+    "plan_drops",
+    "protected_floor",
+    "protection_window",
+    "refire_growth",
+    "round_half_up",
+    "severity",
+    "start_grace",
+    "strip_reminder_spans",
+    "tool_category",
+    "wrap_reminder",
+]

@@ -1,0 +1,198 @@
+"""Channel 1: a reminder appended to the output of the tool call that just ended.
+
+The aim is to be heard without nagging:
+
+- a band rise fires the full reminder for the new band;
+- the same band fires again only as a calm one-liner, and only once U has grown by
+  `refire_growth(T)` since the last reminder and the user has spoken at least
+  `REFIRE_MIN_USER_TURNS` times (a long autonomous run is not a reason to repeat);
+- a fall to a lower band is recorded silently, so a later rise speaks again;
+- a quiet band resets everything;
+- after ctx_reduce the agent has just complied: stay quiet until U regrows by the
+  same cadence above its post-reduce value, or the band climbs above the one seen
+  before the reduce.
+
+`decide` is a pure function of the persisted state and one measurement; `Channel1`
+wires it to the store and the reminder text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from agents.nudges._bands import Band, channel1_band, refire_growth
+from agents.nudges._hygiene import TailMeasure
+from agents.nudges._protection import REDUCE_TOOL_NAME
+from agents.nudges._reminders import Reminder
+from agents.nudges._state import Channel1State, NudgeStateStore, PostReduceGrace
+
+__all__ = [
+    "REFIRE_MIN_USER_TURNS",
+    "Channel1",
+    "Channel1Decision",
+    "Channel1Outcome",
+    "Verdict",
+    "decide",
+    "start_grace",
+]
+
+REFIRE_MIN_USER_TURNS = 5
+"""Real user turns that must pass before the same band may be mentioned again."""
+
+
+class Verdict(StrEnum):
+    """Why Channel 1 did or did not speak."""
+
+    RISE = "rise"
+    """Fired: the band rose, full reminder."""
+    REFIRE = "refire"
+    """Fired: same band, enough growth and turns, calm one-liner."""
+    QUIET = "quiet"
+    """Held: the tail is healthy; the state is reset."""
+    DOWNGRADE = "downgrade"
+    """Held: the band fell; recorded so a later rise speaks again."""
+    CADENCE = "cadence"
+    """Held: same band, U has not grown enough since the last reminder."""
+    TURNS = "turns"
+    """Held: same band and enough growth, but too few real user turns."""
+    GRACE = "grace"
+    """Held: the agent reduced recently and U has not regrown."""
+    SKIPPED = "skipped"
+    """Held: the tool was ctx_reduce itself, which never carries a reminder."""
+
+
+_FIRED = frozenset({Verdict.RISE, Verdict.REFIRE})
+
+
+@dataclass(frozen=True, slots=True)
+class Channel1Decision:
+    """The verdict for one tool call and the state to persist after it."""
+
+    verdict: Verdict
+    band: Band
+    """The Channel 1 band measured (never CHANNEL2)."""
+    state: Channel1State
+
+    @property
+    def fire(self) -> bool:
+        """Whether a reminder is appended."""
+        return self.verdict in _FIRED
+
+    @property
+    def calm(self) -> bool:
+        """Whether the reminder is the one-line re-fire."""
+        return self.verdict is Verdict.REFIRE
+
+
+def decide(state: Channel1State, u: int, t: int, *, user_turn: int) -> Channel1Decision:
+    """Decide whether the tool call that just ended gets a reminder.
+
+    :param state: the persisted state before this call.
+    :param u: reclaimable tokens now.
+    :param t: eligible tail tokens now.
+    :param user_turn: how many real user turns the conversation has had; synthetic
+        messages never count.
+    """
+    band = channel1_band(u, t)
+    growth = refire_growth(t)
+
+    if state.grace is not None:
+        regrown = u - state.grace.baseline_u >= growth
+        escalated = band.rank > state.grace.pre_reduce_level.rank
+        if not regrown and not escalated:
+            return Channel1Decision(Verdict.GRACE, band, state)
+        state = state.model_copy(update={"grace": None})
+
+    if band is Band.QUIET:
+        return Channel1Decision(Verdict.QUIET, band, Channel1State())
+    if band.rank < state.level.rank:
+        quieter = state.model_copy(update={"level": band, "last_u": u})
+        return Channel1Decision(Verdict.DOWNGRADE, band, quieter)
+
+    fired = state.model_copy(update={"level": band, "last_u": u, "last_fire_turn": user_turn})
+    if band.rank > state.level.rank:
+        return Channel1Decision(Verdict.RISE, band, fired)
+    if u - state.last_u < growth:
+        return Channel1Decision(Verdict.CADENCE, band, state)
+    if _too_few_turns(state.last_fire_turn, user_turn):
+        return Channel1Decision(Verdict.TURNS, band, state)
+    return Channel1Decision(Verdict.REFIRE, band, fired)
+
+
+def _too_few_turns(last_fire_turn: int | None, user_turn: int) -> bool:
+    # A counter that went backwards (a rebuilt history) must not silence Channel 1.
+    if last_fire_turn is None or user_turn < last_fire_turn:
+        return False
+    return user_turn - last_fire_turn < REFIRE_MIN_USER_TURNS
+
+
+def start_grace(state: Channel1State, *, post_reduce_u: int) -> Channel1State:
+    """The state after a successful ctx_reduce: quiet until U regrows or the band climbs."""
+    grace = PostReduceGrace(baseline_u=max(post_reduce_u, 0), pre_reduce_level=state.level)
+    return state.model_copy(update={"grace": grace})
+
+
+@dataclass(frozen=True, slots=True)
+class Channel1Outcome:
+    """What `Channel1.after_tool_call` decided, with the reminder if one fires."""
+
+    decision: Channel1Decision
+    reminder: Reminder | None
+
+    @property
+    def text(self) -> str:
+        """The span to append to the tool output, or an empty string."""
+        return self.reminder.text if self.reminder is not None else ""
+
+
+class Channel1:
+    """Channel 1 for one agent: decides after each tool call and persists its state."""
+
+    def __init__(self, store: NudgeStateStore) -> None:
+        self._store = store
+
+    def __repr__(self) -> str:
+        return f"Channel1({self.state!r})"
+
+    @property
+    def state(self) -> Channel1State:
+        """The persisted Channel 1 state."""
+        return self._store.load().channel1
+
+    def after_tool_call(self, tool_name: str, measure: TailMeasure, *, user_turn: int) -> Channel1Outcome:
+        """Decide for the tool call that just ended and persist the new state.
+
+        :param tool_name: the tool that ran; ctx_reduce never gets a reminder (call
+            `after_reduce` for it instead).
+        :param measure: the tail measured with this tool's output in it.
+        :param user_turn: real user turns so far.
+        """
+        stored = self._store.load()
+        current = stored.channel1
+        if tool_name == REDUCE_TOOL_NAME:
+            skipped = Channel1Decision(Verdict.SKIPPED, channel1_band(measure.u, measure.t), current)
+            return Channel1Outcome(skipped, None)
+        decision = decide(current, measure.u, measure.t, user_turn=user_turn)
+        if decision.state != current:
+            self._store.save(stored.model_copy(update={"channel1": decision.state}))
+        if not decision.fire:
+            return Channel1Outcome(decision, None)
+        reminder = Reminder(
+            level=decision.state.level,
+            calm=decision.calm,
+            outputs=measure.spent_outputs,
+            tokens=measure.u,
+            hints=measure.hints,
+        )
+        return Channel1Outcome(decision, reminder)
+
+    def after_reduce(self, measure: TailMeasure) -> None:
+        """Start the compliance grace after ctx_reduce queued at least one drop.
+
+        :param measure: the tail measured after the drops were queued, so its U no
+            longer includes them.
+        """
+        stored = self._store.load()
+        graced = start_grace(stored.channel1, post_reduce_u=measure.u)
+        self._store.save(stored.model_copy(update={"channel1": graced}))

@@ -1,0 +1,91 @@
+"""Which tags the agent may not reclaim yet: the recent tool window and its own ctx_reduce calls.
+
+The newest tool outputs are what the agent is working with right now; nudging it to
+drop them would be counter-productive, so their mass counts in T but never in U.
+The window is measured in persisted tag tokens (`TailTag.tokens`), not in rendered
+tokens, so it does not move when a render changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from fractions import Fraction
+
+from agents.nudges._bands import scale_half_up
+from agents.nudges._tail import TagKind, TagState, TailTag
+
+__all__ = [
+    "MIN_PROTECTED_TOOL_TAGS",
+    "PROTECTED_FLOOR_CAP",
+    "PROTECTED_FLOOR_MIN_RATIO",
+    "PROTECTED_FLOOR_MIN_TOKENS",
+    "PROTECTED_FLOOR_RATIO",
+    "PROTECTED_REDUCE_CALLS",
+    "REDUCE_TOOL_NAME",
+    "newest_reduce_tags",
+    "protected_floor",
+    "protection_window",
+]
+
+REDUCE_TOOL_NAME = "ctx_reduce"
+MIN_PROTECTED_TOOL_TAGS = 3
+"""The newest tool tags are always protected, however small they are."""
+PROTECTED_REDUCE_CALLS = 3
+"""The newest ctx_reduce calls stay in T but never in U: dropping them helps nobody."""
+PROTECTED_FLOOR_RATIO = Fraction("0.05")
+PROTECTED_FLOOR_MIN_RATIO = Fraction("0.08")
+PROTECTED_FLOOR_MIN_TOKENS = 16_000
+PROTECTED_FLOOR_CAP = 64_000
+
+
+def protected_floor(usable_tokens: int) -> int:
+    """Default token floor of the protection window for a usable context size.
+
+    clamp(round(0.05 * usable), min(16000, round(0.08 * usable)), 64000), rounding
+    halves up: small windows still protect a useful share, large ones stay bounded.
+    """
+    usable = max(usable_tokens, 0)
+    low = min(PROTECTED_FLOOR_MIN_TOKENS, scale_half_up(usable, PROTECTED_FLOOR_MIN_RATIO))
+    return max(low, min(scale_half_up(usable, PROTECTED_FLOOR_RATIO), PROTECTED_FLOOR_CAP))
+
+
+def protection_window(tags: Sequence[TailTag], floor: int) -> frozenset[int]:
+    """Tool tags protected by recency: newest first until their mass reaches `floor`.
+
+    Every tool tag takes part whatever its state, so dropping recent outputs does not
+    pull older ones into the window. Text and file tags are never window members.
+    Tags sharing a number are taken together before the floor is tested.
+
+    :param tags: tag rows in ascending tag-number order.
+    """
+    members: list[int] = []
+    cumulative = 0
+    current: int | None = None
+    tool = TagKind.TOOL
+    for tag in reversed(tags):
+        if tag.kind is not tool:
+            continue
+        if tag.number != current:
+            # A new tag number starts, so the previous one is complete: stop once the
+            # mass floor and the recency minimum are both met.
+            if cumulative >= floor and len(members) >= MIN_PROTECTED_TOOL_TAGS:
+                break
+            current = tag.number
+            members.append(tag.number)
+        cumulative += max(tag.tokens, 0)
+    return frozenset(members)
+
+
+def newest_reduce_tags(tags: Sequence[TailTag]) -> frozenset[int]:
+    """The newest active ctx_reduce tool tags, which are never reclaimable.
+
+    :param tags: tag rows in ascending tag-number order.
+    """
+    found: list[int] = []
+    tool, active = TagKind.TOOL, TagState.ACTIVE
+    for tag in reversed(tags):
+        if tag.tool_name == REDUCE_TOOL_NAME and tag.kind is tool and tag.state is active:
+            found.append(tag.number)
+            if len(found) == PROTECTED_REDUCE_CALLS:
+                break
+    return frozenset(found)

@@ -1,0 +1,150 @@
+"""Persisted nudge state and where it is kept.
+
+The decision state must survive a restart: an agent that forgot it had already
+reminded the model would repeat the full reminder right after coming back up. The
+state is a small pydantic model stored as JSON in its own table of the agent's SQLite
+file. Channel 2 adds its own section to `NudgeState` later; sections default, so
+stored payloads keep loading as the model grows.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from contextlib import closing
+from typing import Literal, Protocol, TypeAlias
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agents.nudges._bands import Band
+from schemas import CtxbusError
+
+__all__ = [
+    "Channel1Level",
+    "Channel1State",
+    "MemoryNudgeStateStore",
+    "NudgeState",
+    "NudgeStateCorrupt",
+    "NudgeStateStore",
+    "PostReduceGrace",
+    "SqliteNudgeStateStore",
+]
+
+Channel1Level: TypeAlias = Literal[Band.QUIET, Band.GENTLE, Band.FIRM, Band.URGENT]
+"""The bands Channel 1 speaks in; CHANNEL2 is Channel 2's business."""
+
+
+class PostReduceGrace(BaseModel):
+    """Quiet period after the agent complied: it already did what a reminder would ask."""
+
+    model_config = ConfigDict(frozen=True)
+
+    baseline_u: int = Field(ge=0)
+    """U right after ctx_reduce queued its drops."""
+    pre_reduce_level: Channel1Level
+    """The band observed before the reduce; only a higher band ends the grace early."""
+
+
+class Channel1State(BaseModel):
+    """What Channel 1 remembers between tool calls."""
+
+    model_config = ConfigDict(frozen=True)
+
+    level: Channel1Level = Band.QUIET
+    """Last band observed; a higher band fires the full reminder."""
+    last_u: int = Field(default=0, ge=0)
+    """U when `level` was last fired or observed: the base of the re-fire cadence."""
+    last_fire_turn: int | None = Field(default=None, ge=0)
+    """Real user turn count when the last reminder fired."""
+    grace: PostReduceGrace | None = None
+
+
+class NudgeState(BaseModel):
+    """Everything the nudges persist for one agent."""
+
+    model_config = ConfigDict(frozen=True)
+
+    version: Literal[1] = 1
+    channel1: Channel1State = Channel1State()
+
+
+class NudgeStateCorrupt(CtxbusError):
+    """Raised when the stored nudge state cannot be read back."""
+
+
+class NudgeStateStore(Protocol):
+    """Where the nudge state lives; the agent's SQLite file in production."""
+
+    def load(self) -> NudgeState:
+        """The stored state, or a fresh one if nothing was stored yet."""
+        ...
+
+    def save(self, state: NudgeState) -> None:
+        """Replace the stored state."""
+        ...
+
+
+class MemoryNudgeStateStore:
+    """Keeps the state in memory: for agents without a store, and for tests."""
+
+    def __init__(self, state: NudgeState | None = None) -> None:
+        self._state = state or NudgeState()
+
+    def __repr__(self) -> str:
+        return f"MemoryNudgeStateStore({self._state!r})"
+
+    def load(self) -> NudgeState:
+        return self._state
+
+    def save(self, state: NudgeState) -> None:
+        self._state = state
+
+
+class SqliteNudgeStateStore:
+    """Keeps the state as JSON in the `nudge_state` table of the agent's SQLite file.
+
+    Each call opens and closes its own connection, so the store can be used from a
+    worker thread (keep it off the event loop) without sharing a connection.
+    """
+
+    TABLE = "nudge_state"
+
+    def __init__(self, path: str | os.PathLike[str], *, scope: str = "agent") -> None:
+        """
+        :param path: the agent's SQLite file; created if missing.
+        :param scope: row key, for files that hold more than one agent's state.
+        """
+        self._path = os.fspath(path)
+        self._scope = scope
+        with closing(sqlite3.connect(self._path)) as conn, conn:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {self.TABLE} ("
+                " scope TEXT PRIMARY KEY, body TEXT NOT NULL, updated_at REAL NOT NULL)"
+            )
+
+    def __repr__(self) -> str:
+        return f"SqliteNudgeStateStore({self._path!r}, scope={self._scope!r})"
+
+    def load(self) -> NudgeState:
+        """:raises NudgeStateCorrupt: if the stored JSON does not validate."""
+        with closing(sqlite3.connect(self._path)) as conn:
+            row = conn.execute(f"SELECT body FROM {self.TABLE} WHERE scope = ?", (self._scope,)).fetchone()
+        if row is None:
+            return NudgeState()
+        try:
+            return NudgeState.model_validate_json(row[0])
+        except ValidationError as exc:
+            raise NudgeStateCorrupt(
+                f"stored nudge state for scope {self._scope!r} in {self._path!r} is invalid"
+            ) from exc
+
+    def save(self, state: NudgeState) -> None:
+        with closing(sqlite3.connect(self._path)) as conn, conn:
+            conn.execute(
+                f"INSERT INTO {self.TABLE} (scope, body, updated_at) VALUES (?, ?, ?)"
+                " ON CONFLICT(scope) DO UPDATE SET"
+                " body = excluded.body, updated_at = excluded.updated_at",
+                (self._scope, state.model_dump_json(), time.time()),
+            )

@@ -1,0 +1,1 @@
+"""Tests for `agents.nudges`: conformance with the reference vectors, sequences, bad input."""

@@ -1,0 +1,331 @@
+"""The hygiene walk on hand-made tails: what counts, what is protected, what a delta costs."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from agents.nudges import (
+    REDUCE_TOOL_NAME,
+    Band,
+    HygieneWalker,
+    PartKind,
+    Reminder,
+    TagKind,
+    TagState,
+    TailPart,
+    TailTag,
+    ToolCategory,
+    drop_placeholder,
+    newest_reduce_tags,
+    protected_floor,
+    protection_window,
+)
+from tests.nudges.helpers import Tail, WordCounter, words
+
+
+def walk(tail: Tail, *, floor: int = 0, queued: frozenset[int] = frozenset()) -> tuple[int, int]:
+    measure = HygieneWalker(WordCounter(), protected_floor=floor).measure(
+        tail.parts, tail.tags, queued=queued
+    )
+    return measure.u, measure.t
+
+
+def tools(*masses: int) -> list[TailTag]:
+    return [TailTag(n, TagKind.TOOL, tokens=mass) for n, mass in enumerate(masses, start=1)]
+
+
+# -- protection window --------------------------------------------------------------
+
+
+def test_newest_three_tool_tags_are_protected_even_with_no_floor() -> None:
+    assert protection_window(tools(10, 10, 10, 10, 10), floor=0) == {3, 4, 5}
+
+
+def test_window_walks_newest_first_until_the_floor_is_reached() -> None:
+    assert protection_window(tools(100, 100, 100, 100, 100), floor=400) == {2, 3, 4, 5}
+    assert protection_window(tools(100, 100, 100, 100, 100), floor=401) == {1, 2, 3, 4, 5}
+
+
+def test_window_ignores_text_and_file_tags() -> None:
+    tags = [
+        TailTag(1, TagKind.TOOL, tokens=500),
+        TailTag(2, TagKind.MESSAGE, tokens=10_000),
+        TailTag(3, TagKind.FILE, tokens=10_000),
+        TailTag(4, TagKind.TOOL, tokens=500),
+    ]
+    assert protection_window(tags, floor=10_000) == {1, 4}
+    assert protection_window([TailTag(1, TagKind.MESSAGE, tokens=5)], floor=10) == frozenset()
+
+
+def test_dropped_tool_tags_still_carry_window_mass() -> None:
+    tags = [
+        replace(tag, state=TagState.DROPPED) if tag.number == 4 else tag for tag in tools(100, 100, 100, 100)
+    ]
+    assert protection_window(tags, floor=300) == {2, 3, 4}
+
+
+@pytest.mark.parametrize(
+    ("usable", "floor"),
+    [
+        (200_000, 16_000),  # 0.05 * usable = 10k is below the 16k minimum
+        (100_000, 8_000),  # small windows: the minimum is 0.08 * usable
+        (1_000_000, 50_000),
+        (2_000_000, 64_000),  # capped
+        (330_010, 16_501),  # 16500.5 rounds half up, not to even
+        (0, 0),
+    ],
+)
+def test_protected_floor(usable: int, floor: int) -> None:
+    assert protected_floor(usable) == floor
+
+
+def test_newest_three_active_ctx_reduce_calls() -> None:
+    tags = [TailTag(n, TagKind.TOOL, tool_name=REDUCE_TOOL_NAME) for n in range(1, 6)]
+    tags[4] = replace(tags[4], state=TagState.DROPPED)
+    tags.append(TailTag(6, TagKind.TOOL, tool_name="bash"))
+    assert newest_reduce_tags(tags) == {2, 3, 4}
+
+
+# -- what counts in T and U -----------------------------------------------------------
+
+
+def test_tagged_active_unprotected_text_counts_in_both() -> None:
+    tail = Tail()
+    tail.text(100)
+    tail.text(50, tagged=False)
+    assert walk(tail) == (100, 150)
+
+
+def test_protected_tool_outputs_count_in_t_only() -> None:
+    tail = Tail()
+    for _ in range(4):
+        tail.tool("bash", 98)
+    assert walk(tail, floor=0) == (100, 400)  # the three newest are protected
+    assert walk(tail, floor=300) == (100, 400)  # three tags already reach the floor
+    assert walk(tail, floor=301) == (0, 400)
+
+
+def test_newest_ctx_reduce_calls_count_in_t_never_in_u() -> None:
+    tail = Tail()
+    reduce_tags = [tail.tool(REDUCE_TOOL_NAME, 8) for _ in range(4)]
+    for _ in range(3):
+        tail.tool("bash", 8)
+    measure = HygieneWalker(WordCounter(), protected_floor=0).measure(tail.parts, tail.tags)
+    assert measure.t == 70
+    assert measure.u == 10  # only the oldest ctx_reduce call is reclaimable
+    assert set(reduce_tags[1:]) <= measure.protected
+
+
+def test_queued_drops_leave_u_at_once_and_stay_in_t() -> None:
+    tail = Tail()
+    first = tail.text(100)
+    tail.text(60)
+    assert first is not None
+    assert walk(tail, queued=frozenset({first})) == (60, 160)
+
+
+@pytest.mark.parametrize("state", [TagState.DROPPED, TagState.ARCHIVED])
+def test_inactive_tags_are_not_reclaimable(state: TagState) -> None:
+    tail = Tail()
+    number = tail.text(100)
+    assert number is not None
+    tail.set_state(number, state)
+    assert walk(tail) == (0, 100)
+
+
+def test_reasoning_and_synthetic_parts_count_nowhere() -> None:
+    tail = Tail()
+    tail.text(100)
+    tail.reasoning(5_000)
+    tail.text(7_000, synthetic=True)
+    assert walk(tail) == (100, 100)
+
+
+def test_drop_placeholders_and_empty_text_count_nowhere() -> None:
+    tail = Tail()
+    tail.parts.append(TailPart(key="a", kind=PartKind.TEXT, text=drop_placeholder(4), tag=None))
+    tail.parts.append(TailPart(key="b", kind=PartKind.TEXT, text="  §4§ [Truncated after 10 lines]"))
+    tail.parts.append(TailPart(key="c", kind=PartKind.TEXT, text=""))
+    tail.text(10)
+    assert walk(tail) == (10, 10)
+
+
+def test_a_dropped_output_takes_its_call_arguments_with_it() -> None:
+    tail = Tail()
+    number = tail.tool("read", 0, input_tokens=40, output="[dropped §1§]")
+    for _ in range(3):
+        tail.tool("bash", 10)
+    assert number == 1
+    assert walk(tail) == (0, 36)
+
+
+def test_our_reminder_span_is_left_out() -> None:
+    plain = Tail()
+    for _ in range(4):
+        plain.tool("bash", 100)
+    with_reminder = Tail(parts=list(plain.parts), tags=list(plain.tags))
+    reminder = Reminder(level=Band.FIRM, calm=False, outputs=3, tokens=90_000, hints=())
+    last = with_reminder.parts[-1]
+    with_reminder.parts[-1] = replace(last, text=last.text + reminder.text + reminder.text)
+    assert walk(with_reminder) == walk(plain)
+
+
+def test_fixed_token_figures_are_used_for_images() -> None:
+    tail = Tail(
+        parts=[
+            TailPart(key="img", kind=PartKind.FILE, text="data:image/png;base64,AAAA", tag=1, tokens=1_200)
+        ],
+        tags=[TailTag(1, TagKind.FILE, tokens=1_200)],
+    )
+    assert walk(tail) == (1_200, 1_200)
+
+
+def test_counts_the_caller_already_has_need_no_text() -> None:
+    tail = Tail(
+        parts=[TailPart(key="m1", kind=PartKind.TEXT, tag=1, tokens=700)],
+        tags=[TailTag(1, TagKind.MESSAGE, tokens=700)],
+    )
+    assert walk(tail) == (700, 700)
+
+
+def test_parts_of_unknown_tags_count_in_t_only() -> None:
+    tail = Tail(parts=[TailPart(key="x", kind=PartKind.TEXT, text=words(30), tag=99)])
+    assert walk(tail) == (0, 30)
+
+
+# -- hints and spent outputs ------------------------------------------------------------
+
+
+def test_hints_prefer_misc_then_edit_search_then_read_then_age() -> None:
+    tail = Tail()
+    tail.tool("read", 300)  # 1
+    tail.tool("grep", 300)  # 2
+    tail.tool("bash", 300)  # 3
+    tail.tool("mcp__fs__read_file", 300)  # 4
+    tail.tool("edit", 300)  # 5
+    tail.tool("pytest", 300)  # 6
+    for _ in range(3):
+        tail.tool("bash", 10)  # protected
+    measure = HygieneWalker(WordCounter(), protected_floor=0).measure(tail.parts, tail.tags)
+    assert [(h.tag, h.tool_name) for h in measure.hints] == [
+        (3, "bash"),
+        (6, "pytest"),
+        (2, "grep"),
+        (5, "edit"),
+    ]
+    assert measure.hints[0].category is ToolCategory.MISC
+    assert measure.spent_outputs == 6
+
+
+def test_hints_skip_small_outputs_ctx_tools_protected_and_queued() -> None:
+    tail = Tail()
+    tail.tool("bash", 248)  # 1: 248 tokens is under the hint minimum
+    tail.tool("ctx_search", 900)  # 2: our own tool
+    tail.tool("bash", 250)  # 3: queued
+    tail.tool("bash", 250)  # 4: the only hint
+    tail.tool("bash", 900)  # 5..7: protected
+    tail.tool("bash", 900)
+    tail.tool("bash", 900)
+    measure = HygieneWalker(WordCounter(), protected_floor=0).measure(tail.parts, tail.tags, queued={3})
+    assert [h.tag for h in measure.hints] == [4]
+    assert measure.spent_outputs == 3
+
+
+# -- incremental walking ---------------------------------------------------------------
+
+
+def test_a_new_turn_costs_only_its_own_parts() -> None:
+    tail = Tail()
+    for _ in range(5):
+        tail.text(20)
+        tail.tool("bash", 50)
+    counter = WordCounter()
+    walker = HygieneWalker(counter, protected_floor=0)
+    assert walker.measure(tail.parts, tail.tags).full
+    before = sum(counter.counted.values())
+
+    tail.text(20)
+    tail.tool("bash", 50)
+    measure = walker.measure(list(tail.parts), tail.tags)
+    assert not measure.full
+    assert sum(counter.counted.values()) - before == 3  # text, tool input, tool output
+    assert (measure.u, measure.t) == walk(tail)
+
+
+def test_equal_parts_rebuilt_by_value_still_extend_the_last_walk() -> None:
+    tail = Tail()
+    tail.text(20)
+    walker = HygieneWalker(WordCounter(), protected_floor=0)
+    walker.measure(tail.parts, tail.tags)
+    rebuilt = [replace(part) for part in tail.parts]
+    assert not walker.measure(rebuilt, tail.tags).full
+
+
+def test_a_changed_prefix_triggers_a_full_remeasure_with_cached_counts() -> None:
+    tail = Tail()
+    first = tail.tool("bash", 500)
+    for _ in range(4):
+        tail.tool("bash", 50)
+    counter = WordCounter()
+    walker = HygieneWalker(counter, protected_floor=0)
+    walker.measure(tail.parts, tail.tags)
+    counted = sum(counter.counted.values())
+
+    tail.replace_output(first, drop_placeholder(first))
+    tail.set_state(first, TagState.DROPPED)
+    measure = walker.measure(tail.parts, tail.tags)
+    assert measure.full
+    assert (measure.u, measure.t) == walk(tail)
+    assert sum(counter.counted.values()) == counted  # nothing was counted twice
+
+
+def test_a_shorter_tail_triggers_a_full_remeasure() -> None:
+    tail = Tail()
+    for _ in range(3):
+        tail.text(10)
+    walker = HygieneWalker(WordCounter(), protected_floor=0)
+    walker.measure(tail.parts, tail.tags)
+    measure = walker.measure(tail.parts[1:], tail.tags)
+    assert measure.full
+    assert (measure.u, measure.t) == (20, 20)
+
+
+def test_a_late_placeholder_for_an_earlier_call_triggers_a_full_remeasure() -> None:
+    walker = HygieneWalker(WordCounter(), protected_floor=0)
+    call = TailPart(key="in", kind=PartKind.TOOL_INPUT, text=words(40), tag=1, arc="c1")
+    tags = [TailTag(1, TagKind.TOOL, tokens=40, tool_name="read")]
+    assert walker.measure([call], tags).t == 40
+    output = TailPart(key="out", kind=PartKind.TOOL_OUTPUT, text=drop_placeholder(1), tag=1, arc="c1")
+    measure = walker.measure([call, output], tags)
+    assert measure.full
+    assert measure.t == 0
+
+
+def test_tag_changes_alone_are_seen_without_recounting() -> None:
+    tail = Tail()
+    first = tail.text(100)
+    tail.text(10)
+    counter = WordCounter()
+    walker = HygieneWalker(counter, protected_floor=0)
+    walker.measure(tail.parts, tail.tags)
+    assert first is not None
+    tail.set_state(first, TagState.DROPPED)
+    measure = walker.measure(tail.parts, tail.tags)
+    assert not measure.full
+    assert (measure.u, measure.t) == (10, 110)
+    assert max(counter.counted.values()) == 1
+
+
+def test_reset_forgets_counts_and_repr_shows_live_state() -> None:
+    tail = Tail()
+    tail.text(10)
+    counter = WordCounter()
+    walker = HygieneWalker(counter, protected_floor=16_000)
+    walker.measure(tail.parts, tail.tags)
+    assert repr(walker) == "HygieneWalker(parts=1, t=10, tags=1, floor=16000)"
+    walker.reset()
+    assert repr(walker) == "HygieneWalker(parts=0, t=0, tags=0, floor=16000)"
+    walker.measure(tail.parts, tail.tags)
+    assert max(counter.counted.values()) == 2

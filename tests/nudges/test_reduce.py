@@ -1,0 +1,183 @@
+"""ctx_reduce: parsing ``drop``, planning against the tag rows, and how drops render."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from agents.nudges import (
+    DropPlan,
+    DropRangeTooLarge,
+    DropSpecError,
+    DropStyle,
+    HygieneWalker,
+    ReversedDropRange,
+    TagKind,
+    TagState,
+    TailTag,
+    UnknownDropTags,
+    drop_placeholder,
+    drop_style,
+    parse_drop_spec,
+    plan_drops,
+)
+from schemas import UsageError
+from tests.nudges.helpers import Tail, WordCounter
+
+
+@pytest.mark.parametrize(
+    ("spec", "numbers"),
+    [
+        ("3-5,9", (3, 4, 5, 9)),
+        (" 9 , 3 - 5 ", (3, 4, 5, 9)),
+        ("§3§-§5§,§9§", (3, 4, 5, 9)),
+        ("3-5,4,5-6", (3, 4, 5, 6)),
+        ("7", (7,)),
+        ("0-0", (0,)),
+    ],
+)
+def test_parse(spec: str, numbers: tuple[int, ...]) -> None:
+    assert parse_drop_spec(spec) == numbers
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "",
+        "  ",
+        "3-",
+        "-5",
+        "a",
+        "3--5",
+        "3-5-7",
+        "3,,5",
+        ",3",
+        "3,",
+        "3.5",
+        "0x10",
+        "3 5",
+        "+3",
+        "§§",
+        "§3",
+        "3§",
+        "٣",
+    ],
+)
+def test_malformed_specs_are_usage_errors_that_name_the_spec(spec: str) -> None:
+    with pytest.raises(DropSpecError) as raised:
+        parse_drop_spec(spec)
+    assert isinstance(raised.value, UsageError)
+    assert repr(spec) in str(raised.value)
+    assert not isinstance(raised.value, (ReversedDropRange, DropRangeTooLarge))
+
+
+def test_reversed_range_suggests_the_fix() -> None:
+    with pytest.raises(ReversedDropRange, match=r"5-3 runs backwards \(did you mean 3-5\?\)") as raised:
+        parse_drop_spec("1,5-3")
+    assert (raised.value.start, raised.value.end) == (5, 3)
+
+
+@pytest.mark.parametrize(
+    "spec", ["1-1000000000", "1-5001", "1-3000,4000-6001", "99999999999", "1-" + "9" * 4000]
+)
+def test_huge_ranges_are_refused_before_expanding(spec: str) -> None:
+    with pytest.raises(DropRangeTooLarge):
+        parse_drop_spec(spec)
+
+
+def test_the_largest_accepted_request() -> None:
+    assert len(parse_drop_spec("1-5000")) == 5_000
+
+
+TAGS = [
+    TailTag(1, TagKind.MESSAGE),
+    TailTag(2, TagKind.TOOL, state=TagState.DROPPED),
+    TailTag(3, TagKind.TOOL),
+    TailTag(4, TagKind.TOOL),
+    TailTag(5, TagKind.MESSAGE),
+    TailTag(6, TagKind.TOOL, state=TagState.ARCHIVED),
+    TailTag(9, TagKind.TOOL),
+]
+
+
+def test_plan_sorts_every_named_tag_into_one_outcome() -> None:
+    plan = plan_drops("1-6,9", TAGS, protected={9}, queued={4}, keep={5})
+    assert plan == DropPlan(queued=(1, 3), deferred=(9,), skipped=(2, 4, 6), kept=(5,))
+    assert plan.summary() == (
+        "queued §1§ §3§ (will be dropped); deferred §9§ (still in use; retry later); "
+        "skipped §2§ §4§ §6§ (already dropped or queued); kept §5§ (final results are never dropped)"
+    )
+
+
+def test_unknown_ids_are_an_error_and_nothing_is_planned() -> None:
+    with pytest.raises(UnknownDropTags, match=r"no such tag §7§, §8§; nothing was dropped") as raised:
+        plan_drops("3,7-8", TAGS, protected=frozenset())
+    assert raised.value.tags == (7, 8)
+
+
+def test_an_already_dropped_tag_is_only_reported() -> None:
+    assert plan_drops("2", TAGS, protected=frozenset()).summary() == "skipped §2§ (already dropped or queued)"
+    assert DropPlan().summary() == "nothing to do"
+
+
+@pytest.mark.parametrize("spec", ["5-3", "x", "1-99999999", "3,404"])
+def test_bad_requests_leave_the_tail_untouched(spec: str) -> None:
+    """A failing ctx_reduce changes neither the queue nor {U, T}."""
+    tail = Tail()
+    for _ in range(6):
+        tail.tool("bash", 100)
+    walker = HygieneWalker(WordCounter(), protected_floor=0)
+    queued: set[int] = {1}
+    before = walker.measure(tail.parts, tail.tags, queued=queued)
+    with pytest.raises(UsageError):
+        plan = plan_drops(spec, tail.tags, protected=before.protected, queued=queued)
+        queued |= set(plan.queued)
+    after = walker.measure(tail.parts, tail.tags, queued=queued)
+    assert queued == {1}
+    assert (after.u, after.t) == (before.u, before.t)
+
+
+def test_queued_drops_leave_u_now_and_t_at_the_next_compose() -> None:
+    tail = Tail()
+    for _ in range(6):
+        tail.tool("bash", 98)
+    walker = HygieneWalker(WordCounter(), protected_floor=0)
+    before = walker.measure(tail.parts, tail.tags)
+    plan = plan_drops("1-2,6", tail.tags, protected=before.protected)
+    assert (plan.queued, plan.deferred) == ((1, 2), (6,))
+
+    queued = walker.measure(tail.parts, tail.tags, queued=set(plan.queued))
+    assert (queued.u, queued.t) == (before.u - 200, before.t)
+
+    for number in plan.queued:  # the next compose renders the placeholders
+        tail.replace_output(number, drop_placeholder(number))
+        tail.set_state(number, TagState.DROPPED)
+    composed = walker.measure(tail.parts, tail.tags)
+    assert (composed.u, composed.t) == (before.u - 200, before.t - 200)
+
+
+def test_a_dropped_message_leaves_exactly_its_placeholder() -> None:
+    assert drop_placeholder(12) == "[dropped §12§]"
+    assert (
+        drop_style(TailTag(12, TagKind.MESSAGE), newer_tool_calls=0, argument_bytes=0)
+        is DropStyle.PLACEHOLDER
+    )
+    assert (
+        drop_style(TailTag(12, TagKind.FILE), newer_tool_calls=0, argument_bytes=0) is DropStyle.PLACEHOLDER
+    )
+
+
+@pytest.mark.parametrize(
+    ("newer", "size", "style"),
+    [
+        (0, 10, DropStyle.KEEP_ARGUMENTS),
+        (19, 1024, DropStyle.KEEP_ARGUMENTS),
+        (19, 1025, DropStyle.WHOLE_CALL),
+        (20, 10, DropStyle.WHOLE_CALL),
+    ],
+)
+def test_recent_small_calls_keep_their_arguments(newer: int, size: int, style: DropStyle) -> None:
+    tag = TailTag(3, TagKind.TOOL, tool_name="bash")
+    assert drop_style(tag, newer_tool_calls=newer, argument_bytes=size) is style
+    assert drop_style(replace(tag, tool_name=None), newer_tool_calls=newer, argument_bytes=size) is style
