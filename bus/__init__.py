@@ -4,11 +4,15 @@ Only this package imports `nats`; NATS exceptions are translated to `BusError`
 subclasses here, so callers never catch `nats.*`.
 """
 
+from nats.aio.client import Client as NatsClient
+
+from bus._brief_log import BriefLog, BriefState, commit_msg_id
 from bus._cluster import LoopbackCluster
 from bus._connection import DEFAULT_CONNECT_DEADLINE, BusConfig, TlsConfig, connect
 from bus._errors import BusError, BusUnavailable, CasConflict, LeaseHeld, ServerError
 from bus._kv import Bucket, BucketConfig, KvEntry
 from bus._leases import Lease, LeaseConfig, Leases
+from bus._rpc import Handler, Request, publish, request, serve
 from bus._server import DEFAULT_SYNC_INTERVAL, EmbeddedServer, find_nats_server, free_port
 from bus._subjects import (
     BRIEF_BUCKET,
@@ -27,6 +31,8 @@ from bus._txlog import LogEntry, TxLog, TxLogConfig
 
 __all__ = [
     "BRIEF_BUCKET",
+    "BriefLog",
+    "BriefState",
     "Bucket",
     "BucketConfig",
     "BusConfig",
@@ -36,6 +42,7 @@ __all__ = [
     "DEFAULT_CONNECT_DEADLINE",
     "DEFAULT_SYNC_INTERVAL",
     "EmbeddedServer",
+    "Handler",
     "KvEntry",
     "LEASE_BUCKET",
     "Lease",
@@ -44,9 +51,11 @@ __all__ = [
     "Leases",
     "LogEntry",
     "LoopbackCluster",
+    "NatsClient",
     "PRESENCE_BUCKET",
     "PROPOSE_QUEUE",
     "SUBJECT_ROOT",
+    "Request",
     "ServerError",
     "TX_STREAM",
     "TX_SUBJECTS",
@@ -55,9 +64,13 @@ __all__ = [
     "TxLogConfig",
     "Verb",
     "all_domains",
+    "commit_msg_id",
     "connect",
     "find_nats_server",
     "free_port",
     "kv_key",
+    "publish",
+    "request",
+    "serve",
     "subject",
 ]

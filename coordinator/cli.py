@@ -7,6 +7,7 @@ receives typed settings objects.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import signal
@@ -18,7 +19,12 @@ from pathlib import Path
 
 import platformdirs
 
-from bus import DEFAULT_SYNC_INTERVAL, EmbeddedServer
+import anyio
+
+from agents.context import Tokenizer
+from bus import DEFAULT_SYNC_INTERVAL, BusConfig, EmbeddedServer, connect
+from coordinator._config import DEFAULT_SNAPSHOT_EVERY, CoordinatorConfig
+from coordinator._service import Coordinator
 from schemas import CtxbusError
 
 __all__ = ["main", "build_parser"]
@@ -31,6 +37,8 @@ examples:
   ctxbus nats                      run a local NATS with JetStream on 127.0.0.1:4222
   ctxbus nats --port 0             ... on any free port (printed at start)
   ctxbus nats --data-dir ./state   ... keeping its store in ./state
+  ctxbus coordinator --nats nats://127.0.0.1:4222
+                                   serve brief proposals against that server
 
 environment:
   CTXBUS_STATE_DIR   where ctxbus keeps its state (default: the user's state dir)
@@ -75,6 +83,34 @@ def build_parser() -> argparse.ArgumentParser:
         help="JetStream fsync interval, e.g. 'always' or '2m' (default: %(default)s)",
     )
     nats.set_defaults(run=_run_nats)
+
+    coord = commands.add_parser(
+        "coordinator",
+        help="run the coordinator daemon against an existing NATS server or cluster",
+        description=(
+            "Validate and commit brief proposals for every domain. Any number of coordinators "
+            "may run against the same NATS: they share the work through a queue group and "
+            "never commit on the same base. Stops on Ctrl-C or SIGTERM."
+        ),
+    )
+    coord.add_argument(
+        "--nats",
+        required=True,
+        metavar="URL[,URL...]",
+        help="NATS server URL(s), e.g. nats://127.0.0.1:4222 (several for a cluster)",
+    )
+    coord.add_argument("--id", help="coordinator id in logs and commits (default: coord-<host>-<pid>)")
+    coord.add_argument(
+        "--snapshot-every", type=_positive, default=DEFAULT_SNAPSHOT_EVERY, help="commits between snapshots (default: %(default)s)"
+    )
+    coord.add_argument(
+        "--brief-budget",
+        type=_positive,
+        default=None,
+        metavar="TOKENS",
+        help="token budget of a rendered brief; over it old done items are folded (default: none)",
+    )
+    coord.set_defaults(run=_run_coordinator)
     return parser
 
 
@@ -126,6 +162,55 @@ def _run_nats(args: argparse.Namespace) -> int:
     server.stop()
     print("NATS stopped; data kept in", server.data_dir, flush=True)
     return 0
+
+
+def _run_coordinator(args: argparse.Namespace) -> int:
+    config = _coordinator_config(args)
+    bus_config = BusConfig.from_urls(args.nats)
+    return anyio.run(_serve_coordinator, bus_config, config)
+
+
+def _coordinator_config(args: argparse.Namespace) -> CoordinatorConfig:
+    config = CoordinatorConfig(snapshot_every=args.snapshot_every)
+    if args.id:
+        config = dataclasses.replace(config, coordinator_id=args.id)
+    if args.brief_budget:
+        config = dataclasses.replace(
+            config, brief_budget_tokens=args.brief_budget, count_tokens=Tokenizer.load().count
+        )
+    return config
+
+
+async def _serve_coordinator(bus_config: BusConfig, config: CoordinatorConfig) -> int:
+    client = await connect(bus_config)
+    try:
+        async with anyio.create_task_group() as tg:
+            coordinator = Coordinator(client, config)
+            await tg.start(coordinator.run)
+            print(f"coordinator {config.coordinator_id} serving {', '.join(bus_config.servers)}", flush=True)
+            await _wait_for_stop_signal()
+            tg.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await client.close()
+    print("coordinator stopped", flush=True)
+    return 0
+
+
+async def _wait_for_stop_signal() -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _ in signals:
+            return
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number above 0, got {value}")
+    return value
 
 
 def _port(text: str) -> int:

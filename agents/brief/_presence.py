@@ -1,0 +1,66 @@
+"""Presence: a heartbeat in KV with a TTL, so a dead agent disappears from `ctxbus top`."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Final
+
+import anyio
+from anyio.abc import TaskStatus
+
+from bus import PRESENCE_BUCKET, Bucket, BucketConfig, BusError, NatsClient, kv_key
+from schemas import Domain, Presence, WireError
+
+__all__ = ["PresenceBeacon", "read_presence", "DEFAULT_HEARTBEAT"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_HEARTBEAT: Final = 2.0
+"""Seconds between heartbeats; a heartbeat lives three times as long."""
+
+
+class PresenceBeacon:
+    """Publishes `snapshot()` under the agent's presence key every `interval` seconds."""
+
+    def __init__(
+        self,
+        client: NatsClient,
+        domain: Domain,
+        agent_id: str,
+        snapshot: Callable[[], Presence],
+        *,
+        interval: float = DEFAULT_HEARTBEAT,
+    ) -> None:
+        self._bucket = Bucket(client, BucketConfig(name=PRESENCE_BUCKET))
+        self._key = kv_key(domain, agent_id)
+        self._snapshot = snapshot
+        self._interval = interval
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Beat until cancelled; a failed beat is logged and retried on the next tick."""
+        await self._bucket.ensure()
+        task_status.started()
+        ttl = max(1.0, self._interval * 3)
+        while True:
+            try:
+                await self._bucket.put(self._key, self._snapshot().encode(), ttl=ttl)
+            except BusError as exc:
+                log.debug("heartbeat %s skipped: %s", self._key, exc)
+            await anyio.sleep(self._interval)
+
+
+async def read_presence(client: NatsClient, domain: Domain) -> list[Presence]:
+    """Every live heartbeat of `domain`, by agent id."""
+    bucket = Bucket(client, BucketConfig(name=PRESENCE_BUCKET))
+    await bucket.ensure()
+    found = []
+    for key in await bucket.keys(domain.subject_prefix):
+        entry = await bucket.get(key)
+        if entry is None or entry.value is None:
+            continue
+        try:
+            found.append(Presence.decode(entry.value))
+        except WireError as exc:
+            log.warning("ignoring unreadable heartbeat %s: %s", key, exc)
+    return sorted(found, key=lambda p: p.agent)

@@ -1,0 +1,91 @@
+"""Proposing changes to the brief: request/reply to the coordinator group, retried safely.
+
+A proposal carries an idempotency key. If the reply is lost (coordinator killed, NATS
+restarting), the proposer sends the same proposal with the same key again until a
+coordinator answers; the brief remembers committed keys, so a proposal that was in fact
+committed is answered with its original revision instead of being committed twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Final
+
+import anyio
+
+from bus import BusUnavailable, NatsClient, Verb, request, subject
+from schemas import BriefOp, Domain, Envelope, MessageType, Proposal, Reply, ReplyAdapter, WireError
+
+__all__ = ["Proposer", "DEFAULT_PROPOSE_DEADLINE"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PROPOSE_DEADLINE: Final = 60.0
+"""Seconds `propose` keeps retrying before it gives up; covers a NATS restart."""
+
+_ATTEMPT_TIMEOUT: Final = 2.0
+
+
+class Proposer:
+    """Sends one agent's proposals for one domain."""
+
+    def __init__(self, client: NatsClient, domain: Domain, *, agent_id: str) -> None:
+        self.domain = domain
+        self.agent_id = agent_id
+        self._client = client
+        self._subject = subject(domain, Verb.PROPOSE)
+
+    def __repr__(self) -> str:
+        return f"<Proposer {self.agent_id!r} -> {self.domain}>"
+
+    async def propose(
+        self,
+        op: BriefOp,
+        *,
+        key: str | None = None,
+        base_revision: int | None = None,
+        attempt_timeout: float = _ATTEMPT_TIMEOUT,
+        deadline: float = DEFAULT_PROPOSE_DEADLINE,
+    ) -> Reply:
+        """Propose `op` and return the coordinator's answer (committed or rejected).
+
+        :param key: idempotency key; a fresh one when not given. Reuse it to retry.
+        :raises BusUnavailable: if no coordinator answered within `deadline` seconds.
+        """
+        proposal = Proposal(
+            domain=self.domain,
+            author=self.agent_id,
+            op=op,
+            key=key or uuid.uuid4().hex,
+            base_revision=base_revision,
+        )
+        envelope = Envelope(
+            type=MessageType.PROPOSAL,
+            domain=self.domain,
+            sender=self.agent_id,
+            body=proposal.model_dump(mode="json"),
+        )
+        data = envelope.encode()
+        delay = 0.05
+        with anyio.move_on_after(deadline):
+            while True:
+                try:
+                    answer = await request(self._client, self._subject, data, timeout=attempt_timeout)
+                except BusUnavailable as exc:
+                    log.debug("proposal %s not answered (%s); retrying with the same key", proposal.key, exc)
+                    await anyio.sleep(delay)
+                    delay = min(delay * 2, 0.5)
+                    continue
+                return _parse_reply(answer)
+        raise BusUnavailable(f"no coordinator answered proposal {proposal.key} within {deadline:.0f}s")
+
+
+def _parse_reply(data: bytes) -> Reply:
+    envelope = Envelope.decode(data)
+    if envelope.type is not MessageType.REPLY:
+        raise WireError(f"expected a reply envelope, got a {envelope.type} envelope")
+    try:
+        return ReplyAdapter.validate_python(envelope.body)
+    except ValueError as exc:
+        raise WireError(f"reply body is invalid: {exc}") from exc

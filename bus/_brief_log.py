@@ -1,0 +1,165 @@
+"""The brief's transaction log: commits on a domain's `tx` subject, snapshots in KV.
+
+Coordinators and agent replicas both load a brief the same way (latest snapshot, then
+the commits after it) and both must skip a malformed log entry the same way, or their
+hashes would differ; so that logic lives here, once, below both of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+from typing import Final
+
+from nats.aio.client import Client
+from pydantic import ValidationError
+
+from bus._kv import Bucket, BucketConfig
+from bus._subjects import BRIEF_BUCKET, Verb, kv_key, subject
+from bus._txlog import LogEntry, TxLog, TxLogConfig
+from schemas import (
+    BriefSnapshot,
+    Commit,
+    Domain,
+    Envelope,
+    MessageType,
+    ReplayError,
+    TaskBrief,
+    WireError,
+    apply,
+)
+
+__all__ = ["BriefLog", "BriefState", "commit_msg_id"]
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_KEY: Final = "brief"
+
+
+def commit_msg_id(commit: Commit) -> str:
+    """The log message id of a commit: its author's idempotency key, scoped by author."""
+    return f"{commit.author}:{commit.key}"
+
+
+@dataclass(frozen=True)
+class BriefState:
+    """A brief and the stream sequence of the last log entry applied to it."""
+
+    brief: TaskBrief
+    seq: int
+
+    @property
+    def domain(self) -> Domain:
+        return self.brief.domain
+
+
+class BriefLog:
+    """Load, extend and follow the briefs of any domain through one NATS client."""
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        txlog: TxLogConfig | None = None,
+        snapshots: BucketConfig | None = None,
+        max_payload: int | None = None,
+    ) -> None:
+        self.txlog = TxLog(client, txlog)
+        self.snapshots = Bucket(client, snapshots or BucketConfig(name=BRIEF_BUCKET))
+        self._max_payload = max_payload or client.max_payload or 1024 * 1024
+
+    def __repr__(self) -> str:
+        return f"<BriefLog {self.txlog!r} {self.snapshots!r}>"
+
+    async def ensure(self) -> None:
+        """Create the log stream and the snapshot bucket if missing."""
+        await self.txlog.ensure()
+        await self.snapshots.ensure()
+
+    async def load(self, domain: Domain) -> BriefState:
+        """The domain's brief now: the latest snapshot plus every commit after it."""
+        state = await self.load_snapshot(domain)
+        return await self.catch_up(state)
+
+    async def load_snapshot(self, domain: Domain) -> BriefState:
+        """The latest snapshot, or an empty brief at sequence 0 if none is usable."""
+        entry = await self.snapshots.get(kv_key(domain, SNAPSHOT_KEY))
+        if entry is None or entry.value is None:
+            return BriefState(TaskBrief(domain=domain), 0)
+        try:
+            snap = BriefSnapshot.decode(entry.value, max_size=self._max_payload)
+        except WireError as exc:
+            log.warning("ignoring unreadable snapshot of %s (%s); replaying the whole log", domain, exc)
+            return BriefState(TaskBrief(domain=domain), 0)
+        if snap.brief.domain != domain:
+            log.warning("ignoring snapshot of %s stored under %s", snap.brief.domain, domain)
+            return BriefState(TaskBrief(domain=domain), 0)
+        return BriefState(snap.brief, snap.seq)
+
+    async def catch_up(self, state: BriefState) -> BriefState:
+        """`state` with every commit after `state.seq` applied, up to the log's end now."""
+        async for entry in self.txlog.read(subject(state.domain, Verb.TX), state.seq + 1):
+            state = self.apply_entry(state, entry)
+        return state
+
+    async def follow(self, state: BriefState) -> AsyncGenerator[BriefState, None]:
+        """Yield the state after each new commit, forever, starting after `state.seq`."""
+        follower = self.txlog.follow(subject(state.domain, Verb.TX), state.seq + 1)
+        try:
+            async for entry in follower:
+                state = self.apply_entry(state, entry)
+                yield state
+        finally:
+            await follower.aclose()
+
+    async def append(self, state: BriefState, commit: Commit, *, sender: str) -> BriefState:
+        """Append `commit` if the log is still at `state.seq`; return the state after it.
+
+        :raises CasConflict: if another writer appended since `state.seq`.
+        :raises PayloadTooLarge: if the commit does not fit in one message.
+        """
+        envelope = Envelope(
+            type=MessageType.COMMIT,
+            domain=state.domain,
+            sender=sender,
+            body=commit.model_dump(mode="json"),
+        )
+        seq = await self.txlog.append(
+            subject(state.domain, Verb.TX),
+            envelope.encode(max_size=self._max_payload),
+            commit_msg_id(commit),
+            expected_last_subject_seq=state.seq,
+        )
+        return BriefState(apply(state.brief, commit), seq)
+
+    async def snapshot(self, state: BriefState) -> None:
+        """Store `state` as the domain's latest snapshot (last writer wins; any is valid)."""
+        snap = BriefSnapshot(seq=state.seq, brief=state.brief)
+        data = snap.encode(max_size=self._max_payload)
+        await self.snapshots.put(kv_key(state.domain, SNAPSHOT_KEY), data)
+
+    async def purge(self, domain: Domain) -> None:
+        """Remove the domain's log and snapshot for good."""
+        await self.txlog.purge(subject(domain, Verb.TX))
+        await self.snapshots.purge_prefix(domain.subject_prefix)
+
+    @staticmethod
+    def apply_entry(state: BriefState, entry: LogEntry) -> BriefState:
+        """Apply one log entry; a malformed one is skipped, identically on every replica."""
+        try:
+            envelope = Envelope.decode(entry.payload)
+            if envelope.type is not MessageType.COMMIT:
+                raise WireError(f"a {envelope.type} envelope is not a commit")
+            commit = Commit.model_validate(envelope.body)
+            return BriefState(apply(state.brief, commit), entry.seq)
+        except (WireError, ValidationError, ReplayError) as exc:
+            log.error(
+                "skipping log entry %d of %s: %s",
+                entry.seq,
+                state.domain,
+                exc,
+                extra={"domain": str(state.domain), "seq": entry.seq, "at": time.time()},
+            )
+            return BriefState(state.brief, entry.seq)

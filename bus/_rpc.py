@@ -1,0 +1,104 @@
+"""Core NATS request/reply and publish, behind our own types and errors.
+
+Proposals, status queries and dead letters are plain core-NATS messages: they need no
+storage, only an answer (or nothing). Handlers see a `Request`, never a nats-py `Msg`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import anyio
+import nats.errors
+from anyio.abc import TaskStatus
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from bus._errors import BusError, BusUnavailable
+
+__all__ = ["Request", "Handler", "serve", "request", "publish"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Request:
+    """An incoming message: where it came, what it says, where an answer goes."""
+
+    subject: str
+    data: bytes
+    reply: str | None
+
+
+Handler = Callable[[Request], Awaitable[bytes | None]]
+"""Handles one request; returns the reply payload, or None to send no reply."""
+
+
+async def serve(
+    client: Client,
+    subject: str,
+    handler: Handler,
+    *,
+    queue: str | None = None,
+    max_in_flight: int = 256,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run `handler` for every message on `subject` until cancelled.
+
+    With `queue`, each message goes to one member of the queue group. Up to
+    `max_in_flight` handlers run at once; a handler that raises is logged and its
+    request gets no reply (the requester times out and may retry), but serving goes on.
+    """
+    limiter = anyio.CapacityLimiter(max_in_flight)
+    sub = await client.subscribe(subject, queue=queue or "", pending_msgs_limit=65536)
+    task_status.started()
+
+    async def handle(msg: Msg) -> None:
+        async with limiter:
+            request = Request(msg.subject, msg.data, msg.reply or None)
+            try:
+                answer = await handler(request)
+                if answer is not None and request.reply:
+                    await client.publish(request.reply, answer)
+            except Exception:  # one bad request must not stop the service
+                log.exception("handler for %s failed", msg.subject)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            async for msg in sub.messages:
+                tg.start_soon(handle, msg)
+    finally:
+        with anyio.CancelScope(shield=True):
+            try:
+                await sub.unsubscribe()
+            except nats.errors.Error:
+                pass  # connection already closed
+
+
+async def request(client: Client, subject: str, data: bytes, *, timeout: float) -> bytes:
+    """Send `data` and wait for one reply.
+
+    :raises BusUnavailable: if nobody answered within `timeout` (or nobody listens).
+    """
+    try:
+        msg = await client.request(subject, data, timeout=timeout)
+    except nats.errors.NoRespondersError as exc:
+        raise BusUnavailable(f"nobody is serving {subject}") from exc
+    except nats.errors.TimeoutError as exc:
+        raise BusUnavailable(f"no reply on {subject} within {timeout}s") from exc
+    except nats.errors.Error as exc:
+        raise BusUnavailable(f"request on {subject} failed: {exc!r}") from exc
+    return msg.data
+
+
+async def publish(client: Client, subject: str, data: bytes) -> None:
+    """Fire-and-forget publish.
+
+    :raises BusError: if the client cannot take the message (closed, payload too big).
+    """
+    try:
+        await client.publish(subject, data)
+    except nats.errors.Error as exc:
+        raise BusError(f"publish on {subject} failed: {exc!r}") from exc

@@ -1,0 +1,43 @@
+"""Settings of the coordinator daemon, with named defaults."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Final
+
+__all__ = ["CoordinatorConfig", "DEFAULT_SNAPSHOT_EVERY", "DEFAULT_CAS_RETRIES"]
+
+DEFAULT_SNAPSHOT_EVERY: Final = 500
+"""Commits between snapshots of a domain: bounds what a joiner replays."""
+
+DEFAULT_CAS_RETRIES: Final = 8
+"""Reload-and-revalidate rounds before a proposal is answered `busy`."""
+
+DEFAULT_CLOSE_GRACE: Final = 300.0
+"""Seconds a closed domain's log stays readable before it is purged."""
+
+DEFAULT_MAX_IN_FLIGHT: Final = 256
+"""Proposals handled at once across all domains."""
+
+
+def _default_id() -> str:
+    return f"coord-{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CoordinatorConfig:
+    """How a coordinator validates, commits and maintains briefs."""
+
+    coordinator_id: str = field(default_factory=_default_id)
+    """Names this process in commits, replies and logs."""
+    snapshot_every: int = DEFAULT_SNAPSHOT_EVERY
+    cas_retries: int = DEFAULT_CAS_RETRIES
+    close_grace: float = DEFAULT_CLOSE_GRACE
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
+    brief_budget_tokens: int | None = None
+    """Token budget of the rendered brief; over it, old done items are folded. None: no budget."""
+    count_tokens: Callable[[str], int] | None = None
+    """Token counter for the budget (injected: the coordinator does not own a tokenizer)."""

@@ -1,0 +1,252 @@
+"""The coordinator daemon: validate proposals, order them, commit them to the log.
+
+Coordinators are stateless: the log is the state. Any member of the queue group may
+take any proposal; two members can never both commit on one base, because every append
+is a compare-and-set on the domain's last log sequence. The per-domain cache here is
+only a shortcut, refreshed whenever a compare-and-set says it is stale.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
+from bus import (
+    BriefLog,
+    BriefState,
+    BusError,
+    CasConflict,
+    Handler,
+    NatsClient,
+    PROPOSE_QUEUE,
+    Request,
+    Verb,
+    all_domains,
+    serve,
+)
+from coordinator._config import CoordinatorConfig
+from coordinator._dead_letters import DeadLetters
+from coordinator._metrics import Metrics
+from schemas import (
+    Commit,
+    Committed,
+    Domain,
+    Envelope,
+    MessageType,
+    Proposal,
+    Rejection,
+    RejectionCode,
+    Reply,
+    WireError,
+    fold_done_op,
+    parse_proposal,
+    triage,
+)
+
+__all__ = ["Coordinator", "STATUS_SUBJECT", "METRICS_SUBJECT"]
+
+log = logging.getLogger(__name__)
+
+STATUS_SUBJECT = "ctxbus.status"
+"""Request subject: every coordinator answers with its status (JSON)."""
+METRICS_SUBJECT = "ctxbus.metrics"
+"""Request subject: every coordinator answers with Prometheus text."""
+
+_FOLD_AUTHOR_SUFFIX = "fold"
+
+
+@dataclass
+class _Domain:
+    """One domain's cached state and the lock that orders its commits in this process."""
+
+    state: BriefState
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+    since_snapshot: int = 0
+    purge_scheduled: bool = False
+
+
+class Coordinator:
+    """Serves proposals for every domain; run it with `await coordinator.run()`."""
+
+    def __init__(self, client: NatsClient, config: CoordinatorConfig | None = None) -> None:
+        self.config = config or CoordinatorConfig()
+        self.id = self.config.coordinator_id
+        self.metrics = Metrics()
+        self._client = client
+        self._log = BriefLog(client)
+        self._domains: dict[Domain, _Domain] = {}
+        self._loading = anyio.Lock()
+        self._dead_letters = DeadLetters(client, sender=self.id, metrics=self.metrics)
+        self._tg: TaskGroup | None = None
+
+    def __repr__(self) -> str:
+        return f"<Coordinator {self.id!r} domains={len(self._domains)} commits={self.metrics.commits}>"
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Create the streams, then serve until cancelled; reports ready via `task_status`."""
+        await self._log.ensure()
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            await tg.start(self._serve, all_domains(Verb.PROPOSE), self._on_proposal, PROPOSE_QUEUE)
+            await tg.start(self._serve, STATUS_SUBJECT, self._on_status, None)
+            await tg.start(self._serve, METRICS_SUBJECT, self._on_metrics, None)
+            log.info("coordinator %s serving proposals", self.id)
+            task_status.started()
+
+    async def _serve(
+        self, subject_: str, handler: Handler, queue: str | None, *, task_status: TaskStatus[None]
+    ) -> None:
+        await serve(
+            self._client,
+            subject_,
+            handler,
+            queue=queue,
+            max_in_flight=self.config.max_in_flight,
+            task_status=task_status,
+        )
+
+    # -- proposals -----------------------------------------------------------------------
+
+    async def _on_proposal(self, request: Request) -> bytes | None:
+        domain = _domain_of(request.subject)
+        if domain is None:
+            await self._dead_letters.send(request, None, "bad_subject", f"{request.subject!r} names no valid domain")
+            return None
+        try:
+            envelope = Envelope.decode(request.data, max_size=self._client.max_payload or 1024 * 1024)
+        except WireError as exc:
+            await self._dead_letters.send(request, domain, type(exc).__name__, str(exc))
+            return self._answer(domain, Rejection(code=RejectionCode.INVALID_OP, reason=str(exc)))
+        if envelope.domain != domain:
+            rejection = Rejection(
+                code=RejectionCode.WRONG_DOMAIN,
+                reason=f"the envelope is for domain {envelope.domain} but was sent on {request.subject}",
+            )
+            return self._answer(domain, rejection)
+        parsed = parse_proposal(envelope.body)
+        if isinstance(parsed, Rejection):
+            return self._answer(domain, parsed)
+        reply = await self._commit(parsed)
+        return self._answer(domain, reply)
+
+    async def _commit(self, proposal: Proposal) -> Reply:
+        """Validate and append `proposal`, reloading on every compare-and-set miss."""
+        cached = await self._cached(proposal.domain)
+        async with cached.lock:
+            for _ in range(self.config.cas_retries):
+                state = cached.state
+                verdict = triage(state.brief, proposal)
+                if verdict is not None:
+                    if isinstance(verdict, Committed):
+                        self.metrics.duplicates += 1
+                    return verdict
+                commit = Commit.of(
+                    proposal, revision=state.brief.revision + 1, ts=time.time(), committed_by=self.id
+                )
+                try:
+                    cached.state = await self._log.append(state, commit, sender=self.id)
+                except CasConflict:
+                    self.metrics.cas_retries += 1
+                    cached.state = await self._log.catch_up(state)
+                    continue
+                self.metrics.committed()
+                await self._after_commit(cached)
+                return Committed(revision=commit.revision)
+        self.metrics.error(f"{proposal.domain}: gave up after {self.config.cas_retries} conflicts")
+        return Rejection(
+            code=RejectionCode.STALE_BASE,
+            reason=f"the log of {proposal.domain} kept moving during {self.config.cas_retries} attempts; retry",
+        )
+
+    async def _after_commit(self, cached: _Domain) -> None:
+        """Housekeeping a commit can trigger: folding, snapshots, purge of a closed domain."""
+        await self._fold_if_over_budget(cached)
+        cached.since_snapshot += 1
+        if cached.since_snapshot >= self.config.snapshot_every:
+            cached.since_snapshot = 0
+            await self._snapshot(cached.state)
+        if cached.state.brief.is_closed and not cached.purge_scheduled:
+            cached.purge_scheduled = True
+            assert self._tg is not None
+            self._tg.start_soon(self._purge_later, cached.state.domain)
+
+    async def _fold_if_over_budget(self, cached: _Domain) -> None:
+        budget, count = self.config.brief_budget_tokens, self.config.count_tokens
+        if budget is None or count is None:
+            return
+        op = fold_done_op(cached.state.brief, budget, count)
+        if op is None:
+            return
+        proposal = Proposal(
+            domain=cached.state.domain,
+            author=f"{self.id}:{_FOLD_AUTHOR_SUFFIX}",
+            op=op,
+            key=f"fold-{cached.state.brief.revision + 1}",
+        )
+        commit = Commit.of(proposal, revision=cached.state.brief.revision + 1, ts=time.time(), committed_by=self.id)
+        try:
+            cached.state = await self._log.append(cached.state, commit, sender=self.id)
+            self.metrics.committed()
+        except CasConflict:
+            cached.state = await self._log.catch_up(cached.state)  # another writer folds or moves on
+
+    async def _snapshot(self, state: BriefState) -> None:
+        try:
+            await self._log.snapshot(state)
+        except BusError as exc:  # a missed snapshot only makes the next join longer
+            self.metrics.error(f"snapshot of {state.domain} failed: {exc}")
+            log.warning("snapshot of %s failed: %s", state.domain, exc)
+
+    async def _purge_later(self, domain: Domain) -> None:
+        await anyio.sleep(self.config.close_grace)
+        try:
+            await self._log.purge(domain)
+        except BusError as exc:
+            self.metrics.error(f"purge of {domain} failed: {exc}")
+            log.warning("purge of closed domain %s failed: %s", domain, exc)
+            return
+        self._domains.pop(domain, None)
+        log.info("closed domain %s purged after %.0fs", domain, self.config.close_grace)
+
+    async def _cached(self, domain: Domain) -> _Domain:
+        cached = self._domains.get(domain)
+        if cached is None:
+            async with self._loading:
+                cached = self._domains.get(domain)
+                if cached is None:
+                    cached = _Domain(await self._log.load(domain))
+                    self._domains[domain] = cached
+                    log.info("loaded %s at revision %d", domain, cached.state.brief.revision)
+        return cached
+
+    def _answer(self, domain: Domain, reply: Reply) -> bytes:
+        if isinstance(reply, Rejection):
+            self.metrics.rejected(reply.code)
+        envelope = Envelope(type=MessageType.REPLY, domain=domain, sender=self.id, body=reply.model_dump(mode="json"))
+        return envelope.encode()
+
+    # -- status --------------------------------------------------------------------------
+
+    async def _on_status(self, request: Request) -> bytes:
+        domains = sorted(str(d) for d in self._domains)
+        return json.dumps(self.metrics.snapshot(coordinator_id=self.id, domains=domains)).encode()
+
+    async def _on_metrics(self, request: Request) -> bytes:
+        return self.metrics.prometheus(coordinator_id=self.id, domains=len(self._domains)).encode()
+
+
+def _domain_of(subject_: str) -> Domain | None:
+    """The domain a `ctx.<user>.<session>.<task>.<verb>` subject names, if valid."""
+    parts = subject_.split(".")
+    if len(parts) != 5:
+        return None
+    try:
+        return Domain.parse("/".join(parts[1:4]))
+    except ValueError:  # InvalidDomain
+        return None
+

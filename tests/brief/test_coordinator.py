@@ -1,0 +1,171 @@
+"""Coordinator + replicas in one process against the session's real NATS server."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator
+
+import anyio
+import msgpack
+import pytest
+from anyio.abc import TaskGroup
+
+from agents.brief import BriefReplica, Proposer
+from bus import BriefLog, BusConfig, NatsClient, Verb, connect, request, subject
+from coordinator import GLOBAL_DLQ, METRICS_SUBJECT, STATUS_SUBJECT, Coordinator, CoordinatorConfig
+from schemas import (
+    AddDecision,
+    AddPending,
+    Close,
+    Committed,
+    Complete,
+    Domain,
+    Envelope,
+    MessageType,
+    Reject,
+    Rejection,
+    RejectionCode,
+    ReplyAdapter,
+    SetGoal,
+    brief_hash,
+)
+
+
+def _domain() -> Domain:
+    return Domain.parse(f"u{uuid.uuid4().hex[:8]}/s1/t1")
+
+
+@pytest.fixture
+async def running(nats_url: str) -> AsyncIterator[tuple[NatsClient, TaskGroup]]:
+    """A client with one coordinator serving; both stopped after the test."""
+    client = await connect(BusConfig(servers=[nats_url]))
+    async with anyio.create_task_group() as tg:
+        await tg.start(Coordinator(client, CoordinatorConfig(coordinator_id="c1", snapshot_every=5)).run)
+        yield client, tg
+        tg.cancel_scope.cancel()
+    await client.close()
+
+
+async def test_proposals_commit_and_replicas_converge(running: tuple[NatsClient, TaskGroup]) -> None:
+    client, tg = running
+    domain = _domain()
+    a, b = BriefReplica(client, domain), BriefReplica(client, domain)
+    await tg.start(a.run)
+    await tg.start(b.run)
+    alice, bob = Proposer(client, domain, agent_id="alice"), Proposer(client, domain, agent_id="bob")
+
+    assert await alice.propose(SetGoal(text="ship the cache")) == Committed(revision=1)
+    assert await bob.propose(AddPending(text="write tests")) == Committed(revision=2)
+    rejected = await alice.propose(Reject(option="local lock + unique index", reason="races under load"))
+    assert rejected == Committed(revision=3)
+    refused = await bob.propose(AddDecision(option="Local  Lock + unique index", rationale="simplest"))
+    assert isinstance(refused, Rejection) and refused.code is RejectionCode.REJECTED_OPTION
+    assert "rejected at rev 3 by alice" in refused.reason
+    pending_id = (await b.wait_for(2, timeout=5)).brief.pending[0].id
+    assert await bob.propose(Complete(item_id=pending_id, outcome="12 tests")) == Committed(revision=4)
+
+    await a.wait_for(4, timeout=5)
+    await b.wait_for(4, timeout=5)
+    assert a.hash == b.hash
+    assert a.brief.done[0].outcome == "12 tests"
+    assert "ship the cache" in a.render()
+
+
+async def test_retried_key_is_answered_with_the_original_revision(running: tuple[NatsClient, TaskGroup]) -> None:
+    client, _ = running
+    domain = _domain()
+    agent = Proposer(client, domain, agent_id="a")
+    first = await agent.propose(AddPending(text="once"), key="k-1")
+    again = await agent.propose(AddPending(text="once"), key="k-1")
+    assert first == Committed(revision=1)
+    assert again == Committed(revision=1, duplicate=True)
+    state = await BriefLog(client).load(domain)
+    assert state.brief.revision == 1 and len(state.brief.pending) == 1
+
+
+async def test_late_joiner_uses_the_snapshot_and_resumes_without_full_replay(
+    running: tuple[NatsClient, TaskGroup],
+) -> None:
+    client, tg = running
+    domain = _domain()
+    agent = Proposer(client, domain, agent_id="a")
+    for i in range(12):
+        assert isinstance(await agent.propose(AddPending(text=f"item {i}")), Committed)
+    log = BriefLog(client)
+    with anyio.fail_after(5):
+        while (snap := await log.load_snapshot(domain)).seq == 0:
+            await anyio.sleep(0.05)  # the snapshot is written after the 5th/10th commit
+    assert snap.brief.revision in (5, 10)
+    late = BriefReplica(client, domain)
+    await tg.start(late.run)
+    assert late.revision == 12
+    full = await log.catch_up(snap)
+    assert brief_hash(full.brief) == late.hash
+    # A replica restarted from a saved state catches up from there.
+    saved = late.state
+    for i in range(3):
+        await agent.propose(AddPending(text=f"later {i}"))
+    resumed = BriefReplica(client, domain, resume_from=saved)
+    await tg.start(resumed.run)
+    assert resumed.revision == 15
+    assert resumed.hash == brief_hash((await log.load(domain)).brief)
+
+
+async def test_bad_input_is_rejected_dead_lettered_and_service_goes_on(
+    running: tuple[NatsClient, TaskGroup],
+) -> None:
+    client, _ = running
+    domain = _domain()
+    dlq = await client.subscribe(subject(domain, Verb.DLQ))
+    propose = subject(domain, Verb.PROPOSE)
+
+    garbage = await request(client, propose, b"\x93not-an-envelope", timeout=5)
+    reply = ReplyAdapter.validate_python(Envelope.decode(garbage).body)
+    assert isinstance(reply, Rejection) and reply.code is RejectionCode.INVALID_OP
+    letter = Envelope.decode((await dlq.next_msg(timeout=5)).data)
+    assert letter.type is MessageType.DEAD_LETTER and letter.body["reason"] == "DecodeError"
+
+    unknown_op = Envelope(
+        type=MessageType.PROPOSAL,
+        domain=domain,
+        sender="a",
+        body={"domain": str(domain), "author": "a", "key": "k", "op": {"op": "rewrite_history"}},
+    )
+    answer = ReplyAdapter.validate_python(Envelope.decode(await request(client, propose, unknown_op.encode(), timeout=5)).body)
+    assert isinstance(answer, Rejection) and answer.code is RejectionCode.INVALID_OP
+    assert "rewrite_history" in answer.reason
+
+    too_long = unknown_op.model_copy(
+        update={"body": {**unknown_op.body, "op": {"op": "add_note", "text": "x" * 5000}}}
+    )
+    answer = ReplyAdapter.validate_python(Envelope.decode(await request(client, propose, too_long.encode(), timeout=5)).body)
+    assert isinstance(answer, Rejection) and answer.code is RejectionCode.FIELD_TOO_LONG
+    assert "5,000 characters long" in answer.reason
+
+    other = Envelope(type=MessageType.PROPOSAL, domain=_domain(), sender="a", body={})
+    answer = ReplyAdapter.validate_python(Envelope.decode(await request(client, propose, other.encode(), timeout=5)).body)
+    assert isinstance(answer, Rejection) and answer.code is RejectionCode.WRONG_DOMAIN
+
+    global_dlq = await client.subscribe(GLOBAL_DLQ)
+    await client.publish("ctx.bad\u00e9.s.t.propose", b"x")
+    assert msgpack.unpackb((await global_dlq.next_msg(timeout=5)).data)["reason"] == "bad_subject"
+
+    # Still serving, nothing lost.
+    assert await Proposer(client, domain, agent_id="a").propose(SetGoal(text="still here")) == Committed(revision=1)
+    status = json.loads(await request(client, STATUS_SUBJECT, b"", timeout=5))
+    assert status["coordinator"] == "c1"
+    assert status["dead_letters"]["DecodeError"] >= 1
+    assert str(domain) in status["domains"]
+    metrics = (await request(client, METRICS_SUBJECT, b"", timeout=5)).decode()
+    assert 'ctxbus_commits_total{coordinator="c1"}' in metrics
+
+
+async def test_closed_domain_refuses_everything(running: tuple[NatsClient, TaskGroup]) -> None:
+    client, _ = running
+    domain = _domain()
+    agent = Proposer(client, domain, agent_id="a")
+    assert await agent.propose(Close(reason="shipped"), key="close") == Committed(revision=1)
+    refused = await agent.propose(AddPending(text="more"))
+    assert isinstance(refused, Rejection) and refused.code is RejectionCode.DOMAIN_CLOSED
+    assert await agent.propose(Close(reason="shipped"), key="close") == Committed(revision=1, duplicate=True)

@@ -1,0 +1,77 @@
+"""Meta-tests that pin the architecture: public faces, import seams, layering."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("schemas", "bus", "agents", "coordinator")
+
+# Who may import whom (DESIGN section 2). The CLI is the composition root.
+ALLOWED = {
+    "schemas": set(),
+    "bus": {"schemas"},
+    "agents": {"schemas", "bus"},
+    "coordinator": {"schemas", "bus"},
+}
+COMPOSITION_ROOTS = {"coordinator/cli.py", "coordinator/cli"}
+
+
+def _modules() -> list[Path]:
+    return sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py"))
+
+
+def _imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_layering(path: Path) -> None:
+    rel = path.relative_to(ROOT).as_posix()
+    package = rel.split("/")[0]
+    ours = _imports(path) & set(PACKAGES) - {package}
+    if any(rel == root or rel.startswith(root + "/") for root in COMPOSITION_ROOTS):
+        return
+    assert ours <= ALLOWED[package], f"{rel} imports {sorted(ours - ALLOWED[package])}"
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_only_bus_touches_nats(path: Path) -> None:
+    rel = path.relative_to(ROOT).as_posix()
+    if rel.startswith("bus/"):
+        return
+    assert "nats" not in _imports(path), f"{rel} imports nats; go through bus instead"
+
+
+@pytest.mark.parametrize("package", ["schemas", "bus", "agents.context", "agents.nudges"])
+def test_public_names_exist_and_are_listed(package: str) -> None:
+    module = importlib.import_module(package)
+    exported = getattr(module, "__all__", None)
+    assert exported is not None, f"{package} has no __all__"
+    assert len(exported) == len(set(exported)), f"{package}.__all__ repeats a name"
+    for name in exported:
+        assert hasattr(module, name), f"{package}.__all__ lists {name!r}, which does not exist"
+    public = {n for n in vars(module) if not n.startswith("_") and not isinstance(getattr(module, n), type(ast))}
+    unlisted = public - set(exported)
+    assert not unlisted, f"{package} exposes {sorted(unlisted)} without listing them in __all__"
+
+
+def test_every_error_derives_from_the_root() -> None:
+    import bus
+    import schemas
+
+    for module in (schemas, bus):
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if isinstance(obj, type) and issubclass(obj, Exception):
+                assert issubclass(obj, schemas.CtxbusError), f"{module.__name__}.{name}"
