@@ -1,0 +1,138 @@
+"""Convergence under faults, with real OS processes and a real nats-server.
+
+2 coordinator processes; 4 agent processes proposing 500 random ops each to domain A
+while 2 more work on domain B. Mid-run one coordinator is SIGKILLed, and later the NATS
+server is SIGKILLed and restarted. Then every replica must hold exactly the brief a
+fresh replay of the log gives, with no revision gap, every acknowledged commit in the
+log exactly once, and nothing of A in B.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from bus import BriefLog, BriefState, BusConfig, EmbeddedServer, TxLog, Verb, connect, subject
+from schemas import Commit, Domain, Envelope, TaskBrief, brief_hash
+
+A = Domain.parse("alice/run1/A")
+B = Domain.parse("bob/run1/B")
+OPS = 500
+AGENTS_A = [f"a{i}" for i in range(4)]
+AGENTS_B = [f"b{i}" for i in range(2)]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _spawn(*args: str, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as handle:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT)
+
+
+@pytest.fixture
+def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+async def _log_revision(url: str, domain: Domain) -> int:
+    client = await connect(BusConfig(servers=[url]))
+    try:
+        return (await BriefLog(client).load(domain)).brief.revision
+    finally:
+        await client.close()
+
+
+async def test_replicas_converge_through_coordinator_and_server_crashes(
+    nats_server_factory: Callable[..., EmbeddedServer],
+    processes: list[subprocess.Popen[bytes]],
+    tmp_path: Path,
+) -> None:
+    server = nats_server_factory()
+    url = server.url
+    client = await connect(BusConfig(servers=[url]))
+    await BriefLog(client).ensure()
+    await client.close()
+
+    coordinators = [
+        _spawn("-m", "coordinator.cli", "coordinator", "--nats", url, "--id", f"c{i}", "--snapshot-every", "100",
+               log=tmp_path / f"c{i}.log")
+        for i in range(2)
+    ]
+    processes.extend(coordinators)
+    workers = {
+        agent: _spawn("-m", "tests.brief._agent_worker", url, str(domain), agent, str(OPS), str(seed), str(tmp_path),
+                      log=tmp_path / f"{agent}.log")
+        for seed, (agent, domain) in enumerate([*((a, A) for a in AGENTS_A), *((b, B) for b in AGENTS_B)])
+    }
+    processes.extend(workers.values())
+
+    # Faults: kill a coordinator once A has some history, then crash and restart NATS.
+    killed_coordinator = crashed_server = False
+    with anyio.fail_after(300):
+        while not all((tmp_path / f"{a}.acks.json").exists() for a in workers):
+            for agent, proc in workers.items():
+                assert proc.poll() in (None, 0), (tmp_path / f"{agent}.log").read_text()[-3000:]
+            if not crashed_server:
+                revision = await _log_revision(url, A)
+                if not killed_coordinator and revision >= 300:
+                    coordinators[0].kill()
+                    killed_coordinator = True
+                elif killed_coordinator and revision >= 900:
+                    server.kill()
+                    await anyio.sleep(0.5)
+                    await anyio.to_thread.run_sync(server.start)
+                    crashed_server = True
+            await anyio.sleep(0.2)
+    assert killed_coordinator and crashed_server, "the faults were not injected; the run was too short"
+
+    # The log is the truth: replay it from scratch, checking every revision follows the last.
+    client = await connect(BusConfig(servers=[url]))
+    log = TxLog(client)
+    finals: dict[str, int] = {}
+    replayed: dict[Domain, TaskBrief] = {}
+    commits: dict[Domain, list[Commit]] = {}
+    for domain in (A, B):
+        entries = [e async for e in log.read(subject(domain, Verb.TX))]
+        commits[domain] = [Commit.model_validate(Envelope.decode(e.payload).body) for e in entries]
+        assert [c.revision for c in commits[domain]] == list(range(1, len(entries) + 1)), "revision gap or repeat"
+        state = BriefState(TaskBrief(domain=domain), 0)
+        for entry in entries:
+            state = BriefLog.apply_entry(state, entry)
+        replayed[domain] = state.brief
+        finals[str(domain)] = state.brief.revision
+    (tmp_path / "final.json").write_text(json.dumps(finals))
+
+    with anyio.fail_after(120):
+        while not all((tmp_path / f"{a}.hash").exists() for a in workers):
+            await anyio.sleep(0.2)
+    for agent in workers:
+        report = json.loads((tmp_path / f"{agent}.hash").read_text())
+        domain = A if agent in AGENTS_A else B
+        assert report["hash"] == brief_hash(replayed[domain]), f"{agent} diverged from the log"
+
+    for domain, agents in ((A, AGENTS_A), (B, AGENTS_B)):
+        in_log = Counter((c.author, c.key) for c in commits[domain])
+        assert max(in_log.values()) == 1, "a proposal was committed twice"
+        by_key = {(c.author, c.key): c.revision for c in commits[domain]}
+        for agent in agents:
+            for ack in json.loads((tmp_path / f"{agent}.acks.json").read_text()):
+                if ack["status"] == "committed":
+                    assert by_key[(agent, ack["key"])] == ack["revision"], f"acked {ack} not in the log"
+        assert {c.domain for c in commits[domain]} == {domain}
+        assert {c.author for c in commits[domain]} <= set(agents)
+    assert not any(a in str(replayed[B].model_dump()) for a in AGENTS_A), "domain B saw domain A's data"
+    assert len(commits[A]) > 1000
+    await client.close()
+    for proc in workers.values():
+        assert proc.wait(timeout=30) == 0
