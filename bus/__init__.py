@@ -6,7 +6,7 @@ subclasses here, so callers never catch `nats.*`.
 
 from nats.aio.client import Client as NatsClient
 
-from bus._brief_log import BriefLog, BriefState, commit_msg_id
+from bus._brief_log import BriefLog, BriefState, batch_msg_id, commits_of
 from bus._cluster import LoopbackCluster
 from bus._connection import DEFAULT_CONNECT_DEADLINE, BusConfig, TlsConfig, connect
 from bus._errors import BusError, BusUnavailable, CasConflict, LeaseHeld, ServerError
@@ -64,7 +64,8 @@ __all__ = [
     "TxLogConfig",
     "Verb",
     "all_domains",
-    "commit_msg_id",
+    "batch_msg_id",
+    "commits_of",
     "connect",
     "find_nats_server",
     "free_port",

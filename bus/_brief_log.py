@@ -7,9 +7,10 @@ hashes would differ; so that logic lives here, once, below both of them.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -22,6 +23,7 @@ from bus._txlog import LogEntry, TxLog, TxLogConfig
 from schemas import (
     BriefSnapshot,
     Commit,
+    CommitBatch,
     Domain,
     Envelope,
     MessageType,
@@ -31,16 +33,23 @@ from schemas import (
     apply,
 )
 
-__all__ = ["BriefLog", "BriefState", "commit_msg_id"]
+__all__ = ["BriefLog", "BriefState", "batch_msg_id", "commits_of"]
 
 log = logging.getLogger(__name__)
 
 SNAPSHOT_KEY: Final = "brief"
 
 
-def commit_msg_id(commit: Commit) -> str:
-    """The log message id of a commit: its author's idempotency key, scoped by author."""
-    return f"{commit.author}:{commit.key}"
+def batch_msg_id(commits: Sequence[Commit]) -> str:
+    """The log message id of a batch: a digest of its revisions, authors and keys.
+
+    Deterministic, so a retried append of the same batch is recognised as already
+    stored; different for any other batch, even one starting with the same proposal.
+    """
+    digest = hashlib.sha256()
+    for commit in commits:
+        digest.update(f"{commit.revision}\x1f{commit.author}\x1f{commit.key}\x1e".encode())
+    return f"{commits[0].domain.subject_prefix}:{commits[0].revision}:{digest.hexdigest()[:32]}"
 
 
 @dataclass(frozen=True)
@@ -114,25 +123,27 @@ class BriefLog:
         finally:
             await follower.aclose()
 
-    async def append(self, state: BriefState, commit: Commit, *, sender: str) -> BriefState:
-        """Append `commit` if the log is still at `state.seq`; return the state after it.
+    async def append(self, state: BriefState, commits: Sequence[Commit], *, sender: str) -> int:
+        """Append `commits` as one entry if the log is still at `state.seq`.
+
+        Returns the entry's stream sequence; the caller already holds the brief after
+        the commits (it built them by applying each in turn).
 
         :raises CasConflict: if another writer appended since `state.seq`.
-        :raises PayloadTooLarge: if the commit does not fit in one message.
+        :raises PayloadTooLarge: if the batch does not fit in one message.
         """
         envelope = Envelope(
             type=MessageType.COMMIT,
             domain=state.domain,
             sender=sender,
-            body=commit.model_dump(mode="json"),
+            body=CommitBatch(commits=tuple(commits)).model_dump(mode="json"),
         )
-        seq = await self.txlog.append(
+        return await self.txlog.append(
             subject(state.domain, Verb.TX),
             envelope.encode(max_size=self._max_payload),
-            commit_msg_id(commit),
+            batch_msg_id(commits),
             expected_last_subject_seq=state.seq,
         )
-        return BriefState(apply(state.brief, commit), seq)
 
     async def snapshot(self, state: BriefState) -> None:
         """Store `state` as the domain's latest snapshot (last writer wins; any is valid)."""
@@ -147,13 +158,16 @@ class BriefLog:
 
     @staticmethod
     def apply_entry(state: BriefState, entry: LogEntry) -> BriefState:
-        """Apply one log entry; a malformed one is skipped, identically on every replica."""
+        """Apply one log entry; a malformed one is skipped, identically on every replica.
+
+        A batch is all or nothing: if one commit cannot follow the brief, the brief
+        stays as before the entry, on every replica alike.
+        """
         try:
-            envelope = Envelope.decode(entry.payload)
-            if envelope.type is not MessageType.COMMIT:
-                raise WireError(f"a {envelope.type} envelope is not a commit")
-            commit = Commit.model_validate(envelope.body)
-            return BriefState(apply(state.brief, commit), entry.seq)
+            brief = state.brief
+            for commit in commits_of(entry):
+                brief = apply(brief, commit)
+            return BriefState(brief, entry.seq)
         except (WireError, ValidationError, ReplayError) as exc:
             log.error(
                 "skipping log entry %d of %s: %s",
@@ -163,3 +177,15 @@ class BriefLog:
                 extra={"domain": str(state.domain), "seq": entry.seq, "at": time.time()},
             )
             return BriefState(state.brief, entry.seq)
+
+
+def commits_of(entry: LogEntry) -> tuple[Commit, ...]:
+    """The commits one log entry carries, for tools that inspect the log.
+
+    :raises WireError: if the entry is not a commit envelope.
+    :raises pydantic.ValidationError: if its body is not a commit batch.
+    """
+    envelope = Envelope.decode(entry.payload)
+    if envelope.type is not MessageType.COMMIT:
+        raise WireError(f"a {envelope.type} envelope is not a commit")
+    return CommitBatch.model_validate(envelope.body).commits

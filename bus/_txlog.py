@@ -47,6 +47,9 @@ EXPECTED_LAST_SUBJECT_SEQ: Final = "Nats-Expected-Last-Subject-Sequence"
 WRONG_LAST_SEQUENCE: Final = 10071
 """JetStream's err_code for a failed expected-last-sequence check."""
 
+_DIRECT_READ_LIMIT: Final = 32
+"""Entries `read` fetches one by one before it sets up a consumer for the rest."""
+
 _ACTUAL_SEQ = re.compile(r"wrong last sequence:\s*(\d+)")
 
 
@@ -171,11 +174,25 @@ class TxLog:
         return int(raw.seq or 0)
 
     async def read(self, subject: str, from_seq: int = 1) -> AsyncGenerator[LogEntry, None]:
-        """Yield the entries of `subject` from `from_seq` up to the current end, in order."""
+        """Yield the entries of `subject` from `from_seq` up to the current end, in order.
+
+        A short tail (the usual case: a writer catching up after losing a race) is read
+        with direct gets, one round trip per entry; a long one through an ordered
+        consumer, whose setup costs more but which then streams.
+        """
         end = await self.last_seq(subject)
-        if end < from_seq:
+        next_seq = from_seq
+        for _ in range(_DIRECT_READ_LIMIT):
+            if next_seq > end:
+                return
+            entry = await self._get_next(subject, next_seq)
+            if entry is None:
+                return
+            yield entry
+            next_seq = entry.seq + 1
+        if next_seq > end:
             return
-        follower = self.follow(subject, from_seq)
+        follower = self.follow(subject, next_seq)
         try:
             async for entry in follower:
                 yield entry
@@ -260,14 +277,26 @@ class TxLog:
 
     async def _find_own_append(self, subject: str, msg_id: str, expected: int) -> int | None:
         """Sequence of our own earlier attempt, if it is what moved `subject` on."""
+        entry = await self._get_next(subject, expected + 1)
+        if entry is not None and entry.msg_id == msg_id:
+            log.debug("append to %s already stored at %s under msg id %s", subject, entry.seq, msg_id)
+            return entry.seq
+        return None
+
+    async def _get_next(self, subject: str, seq: int) -> LogEntry | None:
+        """The first entry of `subject` at or after `seq`, by direct get; None if none."""
         try:
-            raw = await self._js.get_msg(self.config.stream, seq=expected + 1, subject=subject, next=True)
+            raw = await self._js.get_msg(self.config.stream, seq=seq, subject=subject, next=True, direct=True)
         except nats.js.errors.NotFoundError:
             return None
-        if (raw.headers or {}).get(MSG_ID) == msg_id:
-            log.debug("append to %s already stored at %s under msg id %s", subject, raw.seq, msg_id)
-            return int(raw.seq or 0)
-        return None
+        except TRANSIENT as exc:
+            raise BusUnavailable(f"cannot read {subject} from sequence {seq}: {exc!r}") from exc
+        return LogEntry(
+            seq=int(raw.seq or 0),
+            subject=raw.subject or subject,
+            payload=raw.data or b"",
+            msg_id=(raw.headers or {}).get(MSG_ID),
+        )
 
 
 def actual_sequence(exc: nats.js.errors.APIError) -> int | None:

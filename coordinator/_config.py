@@ -22,6 +22,9 @@ DEFAULT_CLOSE_GRACE: Final = 300.0
 DEFAULT_MAX_IN_FLIGHT: Final = 256
 """Proposals handled at once across all domains."""
 
+DEFAULT_MAX_BATCH: Final = 64
+"""Proposals committed in one log entry at most; 64 bounded ops fit well in 1 MiB."""
+
 
 def _default_id() -> str:
     return f"coord-{socket.gethostname()}-{os.getpid()}"
@@ -37,6 +40,7 @@ class CoordinatorConfig:
     cas_retries: int = DEFAULT_CAS_RETRIES
     close_grace: float = DEFAULT_CLOSE_GRACE
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
+    max_batch: int = DEFAULT_MAX_BATCH
     brief_budget_tokens: int | None = None
     """Token budget of the rendered brief; over it, old done items are folded. None: no budget."""
     count_tokens: Callable[[str], int] | None = None

@@ -38,11 +38,13 @@ from schemas import (
     Domain,
     Envelope,
     MessageType,
+    PayloadTooLarge,
     Proposal,
     Rejection,
     RejectionCode,
     Reply,
     WireError,
+    apply,
     fold_done_op,
     parse_proposal,
     triage,
@@ -61,10 +63,19 @@ _FOLD_AUTHOR_SUFFIX = "fold"
 
 
 @dataclass
+class _Waiter:
+    """A proposal waiting for its domain's next batch, and the answer it got."""
+
+    proposal: Proposal
+    reply: Reply | None = None
+
+
+@dataclass
 class _Domain:
-    """One domain's cached state and the lock that orders its commits in this process."""
+    """One domain's cached state, its queue of proposals, and the lock that orders them."""
 
     state: BriefState
+    queue: list[_Waiter] = field(default_factory=list)
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     since_snapshot: int = 0
     purge_scheduled: bool = False
@@ -135,38 +146,75 @@ class Coordinator:
         return self._answer(domain, reply)
 
     async def _commit(self, proposal: Proposal) -> Reply:
-        """Validate and append `proposal`, reloading on every compare-and-set miss."""
-        cached = await self._cached(proposal.domain)
-        async with cached.lock:
-            for _ in range(self.config.cas_retries):
-                state = cached.state
-                verdict = triage(state.brief, proposal)
-                if verdict is not None:
-                    if isinstance(verdict, Committed):
-                        self.metrics.duplicates += 1
-                    return verdict
-                commit = Commit.of(
-                    proposal, revision=state.brief.revision + 1, ts=time.time(), committed_by=self.id
-                )
-                try:
-                    cached.state = await self._log.append(state, commit, sender=self.id)
-                except CasConflict:
-                    self.metrics.cas_retries += 1
-                    cached.state = await self._log.catch_up(state)
-                    continue
-                self.metrics.committed()
-                await self._after_commit(cached)
-                return Committed(revision=commit.revision)
-        self.metrics.error(f"{proposal.domain}: gave up after {self.config.cas_retries} conflicts")
-        return Rejection(
-            code=RejectionCode.STALE_BASE,
-            reason=f"the log of {proposal.domain} kept moving during {self.config.cas_retries} attempts; retry",
-        )
+        """Commit `proposal`, in one batch with every other proposal waiting on its domain.
 
-    async def _after_commit(self, cached: _Domain) -> None:
-        """Housekeeping a commit can trigger: folding, snapshots, purge of a closed domain."""
+        Group commit: whoever holds the domain's lock takes every queued proposal and
+        appends them as one log entry, so a burst costs one compare-and-set round trip,
+        not one per proposal. A proposal answered by an earlier holder returns at once.
+        """
+        cached = await self._cached(proposal.domain)
+        waiter = _Waiter(proposal)
+        cached.queue.append(waiter)
+        async with cached.lock:
+            if waiter.reply is None:
+                batch = cached.queue[: self.config.max_batch]
+                del cached.queue[: len(batch)]
+                await self._commit_batch(cached, batch)
+        assert waiter.reply is not None
+        return waiter.reply
+
+    async def _commit_batch(self, cached: _Domain, batch: list[_Waiter]) -> None:
+        """Validate `batch` in order and append it; reload and redo on every CAS miss."""
+        for _ in range(self.config.cas_retries):
+            state = cached.state
+            brief, commits = state.brief, []
+            for waiter in batch:
+                verdict = triage(brief, waiter.proposal)
+                if verdict is None:
+                    commit = Commit.of(
+                        waiter.proposal, revision=brief.revision + 1, ts=time.time(), committed_by=self.id
+                    )
+                    brief = apply(brief, commit)
+                    commits.append(commit)
+                    verdict = Committed(revision=commit.revision)
+                waiter.reply = verdict
+            if not commits:
+                break
+            try:
+                seq = await self._log.append(state, commits, sender=self.id)
+            except CasConflict:
+                self.metrics.cas_retries += 1
+                cached.state = await self._log.catch_up(state)
+                continue
+            except PayloadTooLarge:
+                if len(batch) == 1:
+                    raise  # a single commit always fits: its fields are bounded
+                half = len(batch) // 2
+                await self._commit_batch(cached, batch[:half])
+                await self._commit_batch(cached, batch[half:])
+                return
+            cached.state = BriefState(brief, seq)
+            for _commit in commits:
+                self.metrics.committed()
+            await self._after_commit(cached, len(commits))
+            break
+        else:
+            self.metrics.error(f"{cached.state.domain}: gave up after {self.config.cas_retries} conflicts")
+            busy = Rejection(
+                code=RejectionCode.STALE_BASE,
+                reason=f"the log of {cached.state.domain} kept moving during "
+                f"{self.config.cas_retries} attempts; retry",
+            )
+            for waiter in batch:
+                waiter.reply = busy
+        for waiter in batch:
+            if isinstance(waiter.reply, Committed) and waiter.reply.duplicate:
+                self.metrics.duplicates += 1
+
+    async def _after_commit(self, cached: _Domain, count: int) -> None:
+        """Housekeeping commits can trigger: folding, snapshots, purge of a closed domain."""
         await self._fold_if_over_budget(cached)
-        cached.since_snapshot += 1
+        cached.since_snapshot += count
         if cached.since_snapshot >= self.config.snapshot_every:
             cached.since_snapshot = 0
             await self._snapshot(cached.state)
@@ -190,7 +238,8 @@ class Coordinator:
         )
         commit = Commit.of(proposal, revision=cached.state.brief.revision + 1, ts=time.time(), committed_by=self.id)
         try:
-            cached.state = await self._log.append(cached.state, commit, sender=self.id)
+            seq = await self._log.append(cached.state, [commit], sender=self.id)
+            cached.state = BriefState(apply(cached.state.brief, commit), seq)
             self.metrics.committed()
         except CasConflict:
             cached.state = await self._log.catch_up(cached.state)  # another writer folds or moves on

@@ -24,6 +24,7 @@ from schemas._brief import (
 from schemas._brief_fold import fold_done_op
 from schemas._brief_messages import (
     Commit,
+    CommitBatch,
     Committed,
     Proposal,
     Rejection,
@@ -80,6 +81,7 @@ __all__ = [
     "Close",
     "Closure",
     "Commit",
+    "CommitBatch",
     "Committed",
     "Complete",
     "CtxbusError",

@@ -19,6 +19,7 @@ from schemas._brief_ops import BriefOp
 
 __all__ = [
     "Commit",
+    "CommitBatch",
     "Committed",
     "Proposal",
     "Rejection",
@@ -80,6 +81,17 @@ class Commit(BriefModel):
             ts=ts,
             committed_by=committed_by,
         )
+
+
+class CommitBatch(BriefModel):
+    """The body of one log entry: commits of consecutive revisions, applied in order.
+
+    A coordinator under load appends every proposal waiting for a domain in one entry
+    (group commit), so one compare-and-set round trip carries many commits.
+    """
+
+    commits: Annotated[tuple[Commit, ...], Field(min_length=1)]
+    """At least one; each one revision after the one before it."""
 
 
 class RejectionCode(StrEnum):

@@ -19,8 +19,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from bus import BriefLog, BriefState, BusConfig, EmbeddedServer, TxLog, Verb, connect, subject
-from schemas import Commit, Domain, Envelope, TaskBrief, brief_hash
+from bus import BriefLog, BriefState, BusConfig, EmbeddedServer, TxLog, Verb, commits_of, connect, subject
+from schemas import Commit, Domain, TaskBrief, brief_hash
 
 A = Domain.parse("alice/run1/A")
 B = Domain.parse("bob/run1/B")
@@ -104,8 +104,9 @@ async def test_replicas_converge_through_coordinator_and_server_crashes(
     commits: dict[Domain, list[Commit]] = {}
     for domain in (A, B):
         entries = [e async for e in log.read(subject(domain, Verb.TX))]
-        commits[domain] = [Commit.model_validate(Envelope.decode(e.payload).body) for e in entries]
-        assert [c.revision for c in commits[domain]] == list(range(1, len(entries) + 1)), "revision gap or repeat"
+        commits[domain] = [commit for entry in entries for commit in commits_of(entry)]
+        revisions = [c.revision for c in commits[domain]]
+        assert revisions == list(range(1, len(revisions) + 1)), "revision gap or repeat"
         state = BriefState(TaskBrief(domain=domain), 0)
         for entry in entries:
             state = BriefLog.apply_entry(state, entry)

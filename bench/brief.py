@@ -1,0 +1,181 @@
+"""Shared-brief latency and throughput against raw NATS, in one run on the embedded server.
+
+    python bench/brief.py [--ops 2000] [--seconds 3]
+
+Coordinators run in their own processes, as in production. Prints propose -> committed
+latency with 1 and 2 coordinators, commit -> applied at all of 8 replicas (in this process), commits/s per domain under concurrent proposers, and in the same run raw
+JetStream publish+ack and raw fan-out to 8 subscribers, with the ratios.
+Targets: commit median <= 2.5x publish+ack; propagation median <= 1.5x fan-out;
+>= 2,000 commits/s per domain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import anyio
+from nats.js.api import StreamConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _stats import ratio, summary  # noqa: E402
+
+from agents.brief import BriefReplica, Proposer  # noqa: E402
+from bus import BriefLog, BriefState, BusConfig, EmbeddedServer, connect  # noqa: E402
+from schemas import AddNote, Commit, Committed, Domain, Proposal, apply  # noqa: E402
+
+FANOUT = 8
+
+
+def _domain() -> Domain:
+    return Domain.parse(f"bench/s/{uuid.uuid4().hex[:10]}")
+
+
+async def _raw_baselines(url: str, ops: int) -> tuple[list[float], list[float]]:
+    nc = await connect(BusConfig(servers=[url]))
+    js = nc.jetstream()
+    await js.add_stream(StreamConfig(name="RAWB", subjects=["rawb.>"]))
+    pub: list[float] = []
+    for i in range(ops):
+        t0 = time.perf_counter()
+        await js.publish("rawb.x", b"x" * 300, headers={"Nats-Msg-Id": f"r{i}"})
+        pub.append(time.perf_counter() - t0)
+    subs = [await connect(BusConfig(servers=[url])) for _ in range(FANOUT)]
+    seen = 0
+    done = anyio.Event()
+
+    async def on_msg(_msg: object) -> None:
+        nonlocal seen
+        seen += 1
+        if seen == FANOUT:
+            done.set()
+
+    for sub in subs:
+        await sub.subscribe("rawb.fan", cb=on_msg)
+        await sub.flush()
+    fan: list[float] = []
+    for _ in range(ops):
+        seen, done = 0, anyio.Event()
+        t0 = time.perf_counter()
+        await nc.publish("rawb.fan", b"x" * 300)
+        await done.wait()
+        fan.append(time.perf_counter() - t0)
+    for sub in subs:
+        await sub.close()
+    await nc.close()
+    return pub, fan
+
+
+async def _latency(proposer: Proposer, ops: int) -> list[float]:
+    samples = []
+    for i in range(ops):
+        t0 = time.perf_counter()
+        reply = await proposer.propose(AddNote(text=f"note {i}"))
+        samples.append(time.perf_counter() - t0)
+        assert isinstance(reply, Committed), reply
+    return samples
+
+
+def _start_coordinator(url: str, index: int) -> subprocess.Popen[bytes]:
+    """A coordinator in its own process, as in production; returns once it serves."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "coordinator.cli", "coordinator", "--nats", url, "--id", f"bench-c{index}"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert proc.stdout is not None
+    proc.stdout.readline()  # "coordinator ... serving ..."
+    return proc
+
+
+async def run(ops: int, seconds: float) -> None:
+    async with EmbeddedServer() as server:
+        url = server.url
+        print(f"nats-server at {url} (sync_interval: {server.sync_interval}); {ops} ops per latency figure")
+        raw_pub, raw_fan = await _raw_baselines(url, ops)
+        client = await connect(BusConfig(servers=[url]))
+        await BriefLog(client).ensure()
+
+        coordinators = [_start_coordinator(url, 0)]
+        async with anyio.create_task_group() as tg:
+            one = await _latency(Proposer(client, _domain(), agent_id="bench"), ops)
+            coordinators.append(_start_coordinator(url, 1))
+            two = await _latency(Proposer(client, _domain(), agent_id="bench"), ops)
+
+            # Propagation: append a commit as the coordinator does, wait for all 8 replicas.
+            domain = _domain()
+            replica_clients = [await connect(BusConfig(servers=[url])) for _ in range(FANOUT)]
+            replicas = [BriefReplica(c, domain) for c in replica_clients]
+            for replica in replicas:
+                await tg.start(replica.run)
+            log = BriefLog(client)
+            state = await log.load(domain)
+            propagation: list[float] = []
+            for i in range(ops):
+                proposal = Proposal(domain=domain, author="bench", op=AddNote(text=f"p{i}"), key=f"p{i}")
+                commit = Commit.of(proposal, revision=state.brief.revision + 1, ts=time.time(), committed_by="bench")
+                t0 = time.perf_counter()
+                seq = await log.append(state, [commit], sender="bench")
+                state = BriefState(apply(state.brief, commit), seq)
+                for replica in replicas:
+                    await replica.wait_for(commit.revision)
+                propagation.append(time.perf_counter() - t0)
+
+            # Throughput: many proposers on one domain for a fixed time.
+            busy = _domain()
+            committed = 0
+            async def hammer(agent: str) -> None:
+                nonlocal committed
+                proposer = Proposer(client, busy, agent_id=agent)
+                i = 0
+                while True:
+                    await proposer.propose(AddNote(text=f"{agent} {i}"))
+                    committed += 1
+                    i += 1
+
+            async with anyio.create_task_group() as load:
+                for n in range(32):
+                    load.start_soon(hammer, f"h{n}")
+                await anyio.sleep(1.0)  # warm up
+                start_count, t0 = committed, time.perf_counter()
+                await anyio.sleep(seconds)
+                rate = (committed - start_count) / (time.perf_counter() - t0)
+                load.cancel_scope.cancel()
+            tg.cancel_scope.cancel()
+        for c in [*replica_clients, client]:
+            await c.close()
+        for proc in coordinators:
+            proc.terminate()
+            proc.wait()
+
+    print("\nraw NATS baselines")
+    pub_med, _ = summary("JetStream publish+ack", raw_pub)
+    fan_med, _ = summary(f"fan-out to {FANOUT} subscribers", raw_fan)
+    print("\nshared brief")
+    one_med, _ = summary("propose -> committed, 1 coordinator", one)
+    two_med, _ = summary("propose -> committed, 2 coordinators", two)
+    prop_med, _ = summary(f"commit -> applied at all {FANOUT} agents", propagation)
+    print(f"  {'commits/s, one domain, 32 proposers':<34} {rate:8.0f}   (target >= 2,000: {'met' if rate >= 2000 else 'MISSED'})")
+    print("\nratios, ours / raw (medians)")
+    ratio("commit (1 coord) / publish+ack", one_med, pub_med, 2.5)
+    ratio("commit (2 coords) / publish+ack", two_med, pub_med, 2.5)
+    ratio(f"propagation / fan-out to {FANOUT}", prop_med, fan_med, 1.5)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ops", type=int, default=2000, help="operations per latency figure (default: %(default)s)")
+    parser.add_argument("--seconds", type=float, default=3.0, help="throughput measurement time (default: %(default)s)")
+    args = parser.parse_args()
+    anyio.run(run, args.ops, args.seconds)
+
+
+if __name__ == "__main__":
+    main()
