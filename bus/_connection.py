@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import ssl
 from pathlib import Path
+from urllib.parse import urlsplit
 from typing import Annotated, Any, Final, Self
 
 import anyio
@@ -101,6 +102,13 @@ class BusConfig(BaseModel):
         for url in servers:
             if not url.startswith(_SCHEMES):
                 raise ValueError(f"server URL {url!r} must start with one of {', '.join(_SCHEMES)}")
+            parsed = urlsplit(url)
+            try:
+                parsed.port  # noqa: B018 - raises on a malformed port
+            except ValueError:
+                raise ValueError(f"server URL {url!r} has an invalid port") from None
+            if not parsed.hostname:
+                raise ValueError(f"server URL {url!r} has no host")
         return servers
 
     @model_validator(mode="after")
@@ -162,16 +170,24 @@ async def connect(config: BusConfig, *, deadline: float | None = DEFAULT_CONNECT
             await client.connect(**options)
     except (TimeoutError, OSError, nats.errors.Error) as exc:
         with anyio.CancelScope(shield=True):
-            await client.close()
+            await _close_quietly(client)
         where = ", ".join(config.servers)
         reason = events.last_error or exc
         raise BusUnavailable(
             f"could not connect to {where} within {deadline}s ({reason}); "
-            "is the server running? `ctxbus nats` starts a local one"
+            "is the server running? `ctxbus up` starts a local one"
         ) from exc
     events.connected = True
     log.info("connected to NATS", extra={"url": client.connected_url.geturl() if client.connected_url else None})
     return client
+
+
+async def _close_quietly(client: Client) -> None:
+    """Close a client whose connect failed; nats-py asserts if it never got going."""
+    try:
+        await client.close()
+    except (AssertionError, nats.errors.Error, OSError):
+        pass
 
 
 class _EventLog:

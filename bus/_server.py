@@ -110,6 +110,8 @@ class EmbeddedServer:
         self._data_dir = Path(data_dir).resolve() if data_dir is not None else None
         self._owns_data_dir = data_dir is None
         self.host = host
+        self.requested_port = port
+        """The port asked for; 0 means any free one (see `port` for the one in use)."""
         self._port = port
         self.sync_interval = sync_interval
         self.max_payload = max_payload

@@ -1,0 +1,74 @@
+"""The `ctxbus` application object and its entry point."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+from importlib.metadata import version
+from typing import Annotated
+
+import typer
+
+from coordinator.cli._common import errors
+from schemas import CtxbusError
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="ctxbus",
+    help=(
+        "Keep a swarm of AI agents inside their context budgets, sharing one task brief over NATS.\n\n"
+        "Start here: [bold]ctxbus swarm demo[/] runs everything on an embedded NATS server; "
+        "[bold]ctxbus up[/] starts NATS and a coordinator for your own agents."
+    ),
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"ctxbus {version('ctxbus')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    verbose: Annotated[int, typer.Option("--verbose", "-v", count=True, help="More log output (-vv: debug).")] = 0,
+    _version: Annotated[
+        bool, typer.Option("--version", callback=_show_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    logging.basicConfig(
+        level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)],
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `ctxbus` console script; returns the exit code.
+
+    Errors ctxbus raises on purpose become one line on stderr (with a hint where one
+    helps) and exit code 1; usage errors are typer's: a message and exit code 2.
+    """
+    _register_commands()
+    try:
+        app(args=list(argv) if argv is not None else sys.argv[1:], prog_name="ctxbus")
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except CtxbusError as exc:
+        errors.print(f"[red]ctxbus: error:[/] {exc}", soft_wrap=True)
+        return 1
+    except KeyboardInterrupt:
+        errors.print("interrupted")
+        return 130
+    return 0
+
+
+def _register_commands() -> None:
+    """Import the command modules; each adds its commands to `app` when imported."""
+    from coordinator.cli import _brief_cmds, _serve_cmds, _status_cmds  # noqa: F401

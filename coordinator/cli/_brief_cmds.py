@@ -1,0 +1,160 @@
+"""Reading and changing the shared brief: `ctxbus brief show|propose`, `ctxbus log`."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Annotated, Any
+
+import typer
+from pydantic import ValidationError
+from rich.table import Table
+
+from agents.brief import Proposer
+from bus import BriefLog, TxLog, Verb, commits_of, connect, subject
+from coordinator.cli._app import app
+from coordinator.cli._common import (
+    DEFAULT_NATS_URL,
+    DomainOption,
+    JsonOption,
+    NatsOption,
+    bus_config,
+    console,
+    print_json,
+    run_async,
+)
+from schemas import BriefOpAdapter, Commit, Committed, Domain, brief_hash, render_brief
+
+__all__: list[str] = []
+
+brief_app = typer.Typer(help="Show the shared brief of a task, or propose a change to it.", no_args_is_help=True)
+app.add_typer(brief_app, name="brief", rich_help_panel="Shared brief")
+
+# Which field the positional VALUE fills, per operation.
+_MAIN_FIELD = {
+    "set_goal": "text",
+    "add_pending": "text",
+    "complete": "item_id",
+    "add_decision": "option",
+    "reject": "option",
+    "reopen": "option",
+    "add_constraint": "text",
+    "remove_constraint": "item_id",
+    "add_blocker": "text",
+    "resolve_blocker": "item_id",
+    "add_note": "text",
+    "close": "reason",
+}
+
+
+@brief_app.command("show")
+def show(domain: DomainOption, nats: NatsOption = DEFAULT_NATS_URL, as_json: JsonOption = False) -> None:
+    """Print the brief every agent of the task holds now."""
+    run_async(_show, nats, domain, as_json)
+
+
+async def _show(urls: str, domain: Domain, as_json: bool) -> None:
+    client = await connect(bus_config(urls))
+    try:
+        state = await BriefLog(client).load(domain)
+    finally:
+        await client.close()
+    if as_json:
+        print_json({"hash": brief_hash(state.brief), "seq": state.seq, "brief": state.brief.model_dump(mode="json")})
+    else:
+        console.print(render_brief(state.brief), markup=False)
+        console.print(f"[dim]revision {state.brief.revision}, hash {brief_hash(state.brief)[:16]}[/]")
+
+
+@brief_app.command("propose")
+def propose(
+    op: Annotated[str, typer.Argument(help=f"One of: {', '.join(_MAIN_FIELD)}.", show_default=False)],
+    value: Annotated[str, typer.Argument(help="The text, option or item id the operation is about.")],
+    domain: DomainOption,
+    agent: Annotated[str, typer.Option("--agent", "-a", help="Author of the proposal.")] = "cli",
+    reason: Annotated[str | None, typer.Option(help="Why (reject, reopen, remove_constraint).")] = None,
+    outcome: Annotated[str | None, typer.Option(help="What came of it (complete).")] = None,
+    rationale: Annotated[str | None, typer.Option(help="Why this option (add_decision).")] = None,
+    supersedes: Annotated[str | None, typer.Option(help="Decision id replaced (add_decision).")] = None,
+    key: Annotated[str | None, typer.Option(help="Idempotency key; reuse it to retry safely.")] = None,
+    nats: NatsOption = DEFAULT_NATS_URL,
+    as_json: JsonOption = False,
+) -> None:
+    """Propose one change; prints whether the coordinator committed or rejected it.
+
+    Examples: `ctxbus brief propose add_pending "write the migration" -d alice/s1/t1`,
+    `ctxbus brief propose reject "redis lock" --reason "no redis in prod" -d alice/s1/t1`.
+    """
+    if op not in _MAIN_FIELD:
+        raise typer.BadParameter(f"unknown operation {op!r}; use one of {', '.join(_MAIN_FIELD)}", param_hint="OP")
+    fields: dict[str, Any] = {"op": op, _MAIN_FIELD[op]: value}
+    extras = {"reason": reason, "outcome": outcome, "rationale": rationale, "supersedes": supersedes}
+    fields.update({name: given for name, given in extras.items() if given is not None})
+    try:
+        parsed = BriefOpAdapter.validate_python(fields)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'][1:])) or op}: {e['msg']}" for e in exc.errors())
+        raise typer.BadParameter(problems, param_hint="OP/VALUE/options") from None
+    code = run_async(_propose, nats, domain, agent, parsed, key or uuid.uuid4().hex, as_json)
+    raise typer.Exit(code)
+
+
+async def _propose(urls: str, domain: Domain, agent: str, op: Any, key: str, as_json: bool) -> int:
+    client = await connect(bus_config(urls))
+    try:
+        reply = await Proposer(client, domain, agent_id=agent).propose(op, key=key, deadline=10)
+    finally:
+        await client.close()
+    if as_json:
+        print_json(reply.model_dump(mode="json"))
+    elif isinstance(reply, Committed):
+        again = " (already committed earlier)" if reply.duplicate else ""
+        console.print(f"[green]committed[/] at revision {reply.revision}{again}")
+    else:
+        console.print(f"[red]rejected[/] ({reply.code}): {reply.reason}")
+    return 0 if isinstance(reply, Committed) else 1
+
+
+@app.command("log", rich_help_panel="Shared brief")
+def log_command(
+    domain: DomainOption,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new commits until Ctrl-C.")] = False,
+    nats: NatsOption = DEFAULT_NATS_URL,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per commit.")] = False,
+) -> None:
+    """Print the task's transaction log: every commit, in order."""
+    run_async(_log, nats, domain, follow, as_json)
+
+
+async def _log(urls: str, domain: Domain, follow: bool, as_json: bool) -> None:
+    client = await connect(bus_config(urls))
+    txlog = TxLog(client)
+    entries = txlog.follow(subject(domain, Verb.TX)) if follow else txlog.read(subject(domain, Verb.TX))
+    table = _log_table()
+    try:
+        async for entry in entries:
+            for commit in commits_of(entry):
+                if as_json:  # JSON Lines: one compact object per commit, for pipes
+                    typer.echo(json.dumps({"seq": entry.seq, **commit.model_dump(mode="json")}))
+                elif follow:
+                    console.print(*_log_row(commit))
+                else:
+                    table.add_row(*_log_row(commit))
+    finally:
+        await entries.aclose()
+        await client.close()
+    if not as_json and not follow:
+        console.print(table)
+
+
+def _log_table() -> Table:
+    table = Table(show_edge=False, pad_edge=False)
+    for column in ("rev", "author", "op", "detail"):
+        table.add_column(column)
+    return table
+
+
+def _log_row(commit: Commit) -> tuple[str, str, str, str]:
+    fields = commit.op.model_dump(exclude={"op"})
+    detail = "; ".join(f"{k}={v!r}" for k, v in fields.items() if v not in ("", None))
+    return (str(commit.revision), commit.author, commit.op.op, detail)

@@ -1,0 +1,97 @@
+"""What every `ctxbus` command shares: options, console output, errors, async entry."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, Any, Final, TypeVar
+
+import anyio
+import platformdirs
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+
+from bus import BusConfig
+from schemas import Domain, InvalidDomain
+
+__all__ = [
+    "DEFAULT_NATS_URL",
+    "NatsOption",
+    "DomainOption",
+    "JsonOption",
+    "console",
+    "errors",
+    "default_state_dir",
+    "bus_config",
+    "parse_domain",
+    "run_async",
+    "print_json",
+]
+
+DEFAULT_NATS_URL: Final = "nats://127.0.0.1:4222"
+"""Where `ctxbus up` and `ctxbus nats` listen by default."""
+
+console = Console(highlight=False)
+errors = Console(stderr=True, highlight=False)
+
+T = TypeVar("T")
+
+
+def default_state_dir() -> Path:
+    """`$CTXBUS_STATE_DIR`, else the platform's per-user state directory."""
+    configured = os.environ.get("CTXBUS_STATE_DIR")
+    return Path(configured) if configured else Path(platformdirs.user_state_dir("ctxbus"))
+
+
+def parse_domain(text: str) -> Domain:
+    """Typer parser for `user/session/task`."""
+    try:
+        return Domain.parse(text)
+    except InvalidDomain as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+NatsOption = Annotated[
+    str,
+    typer.Option(
+        "--nats",
+        envvar="CTXBUS_NATS_URL",
+        metavar="URL[,URL...]",
+        help="NATS server URL(s); several for a cluster.",
+        show_default=True,
+    ),
+]
+DomainOption = Annotated[
+    Domain,
+    typer.Option(
+        "--domain",
+        "-d",
+        envvar="CTXBUS_DOMAIN",
+        metavar="USER/SESSION/TASK",
+        parser=parse_domain,
+        help="The task's domain, e.g. alice/s1/cache-fix.",
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def bus_config(urls: str, *, name: str = "ctxbus-cli") -> BusConfig:
+    """A `BusConfig` from a `--nats` value; a bad URL is a usage error."""
+    try:
+        return BusConfig.from_urls(urls, name=name)
+    except ValidationError as exc:
+        message = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+        raise typer.BadParameter(message, param_hint="--nats") from None
+
+
+def run_async(func: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """Run an async command body on asyncio (nats-py is asyncio-only)."""
+    return anyio.run(func, *args)
+
+
+def print_json(value: object) -> None:
+    """Machine-readable output for `--json`."""
+    console.print_json(json.dumps(value, default=str))

@@ -1,0 +1,111 @@
+"""What is running: `ctxbus status` and the live `ctxbus top`."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Annotated, Any
+
+import anyio
+import typer
+from rich.live import Live
+from rich.table import Table
+
+from agents.brief import read_presence
+from bus import BusUnavailable, NatsClient, connect, request
+from coordinator._service import STATUS_SUBJECT
+from coordinator.cli._app import app
+from coordinator.cli._common import (
+    DEFAULT_NATS_URL,
+    DomainOption,
+    JsonOption,
+    NatsOption,
+    bus_config,
+    console,
+    print_json,
+    parse_domain,
+    run_async,
+)
+from schemas import Domain, Presence
+
+__all__: list[str] = []
+
+
+@app.command(rich_help_panel="Watching")
+def status(
+    domain: Annotated[
+        Domain | None,
+        typer.Option("--domain", "-d", metavar="USER/SESSION/TASK", parser=parse_domain, help="Also list this task's agents."),
+    ] = None,
+    nats: NatsOption = DEFAULT_NATS_URL,
+    as_json: JsonOption = False,
+) -> None:
+    """Is a coordinator serving, how busy is it, which agents are on a task."""
+    run_async(_status, nats, domain, as_json)
+
+
+async def _status(urls: str, domain: Domain | None, as_json: bool) -> None:
+    client = await connect(bus_config(urls))
+    try:
+        try:
+            coord: dict[str, Any] | None = json.loads(await request(client, STATUS_SUBJECT, b"", timeout=2))
+        except BusUnavailable:
+            coord = None
+        agents = await read_presence(client, domain) if domain else []
+    finally:
+        await client.close()
+    if as_json:
+        print_json({"coordinator": coord, "agents": [a.model_dump(mode="json") for a in agents]})
+        return
+    if coord is None:
+        console.print("[yellow]no coordinator answered[/]: start one with `ctxbus up` or `ctxbus coordinator`")
+    else:
+        console.print(
+            f"coordinator [bold]{coord['coordinator']}[/] up {coord['uptime_s']:.0f}s: "
+            f"{coord['commits']} commits ({coord['commits_per_s']}/s), {len(coord['domains'])} domains, "
+            f"last error: {coord['last_error'] or 'none'}"
+        )
+    if domain is not None:
+        console.print(_agents_table(domain, agents))
+
+
+@app.command(rich_help_panel="Watching")
+def top(
+    domain: DomainOption,
+    nats: NatsOption = DEFAULT_NATS_URL,
+    interval: Annotated[float, typer.Option(min=0.2, help="Seconds between refreshes.")] = 1.0,
+) -> None:
+    """A live table of a task's agents: band, U/T, prompt tokens, brief revision, lag."""
+    run_async(_top, nats, domain, interval)
+
+
+async def _top(urls: str, domain: Domain, interval: float) -> None:
+    client: NatsClient = await connect(bus_config(urls))
+    try:
+        with Live(_agents_table(domain, []), console=console, refresh_per_second=4) as live:
+            while True:
+                live.update(_agents_table(domain, await read_presence(client, domain)))
+                await anyio.sleep(interval)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await client.close()
+
+
+def _agents_table(domain: Domain, agents: list[Presence]) -> Table:
+    table = Table(title=f"agents on {domain}", show_edge=False)
+    for column in ("agent", "band", "U / T", "prompt", "brief rev", "lag", "seen"):
+        table.add_column(column, justify="right" if column not in ("agent", "band") else "left")
+    now = time.time()
+    for a in agents:
+        table.add_row(
+            a.agent,
+            a.band,
+            f"{a.unused_tokens:,} / {a.tail_tokens:,}",
+            f"{a.prompt_tokens:,}",
+            str(a.brief_revision),
+            str(a.lag),
+            f"{now - a.at:.0f}s ago",
+        )
+    if not agents:
+        table.caption = "no live agents"
+    return table

@@ -1,0 +1,62 @@
+"""`ctxbus up` end to end: NATS + coordinator in one process, driven by other commands."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+def _run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "coordinator.cli", *args], capture_output=True, text=True, env=env, timeout=60)
+
+
+@pytest.fixture
+def up(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """`ctxbus up --port 0` running; yields the environment pointing commands at it."""
+    env = {**os.environ, "CTXBUS_STATE_DIR": str(tmp_path), "COLUMNS": "200"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "coordinator.cli", "up", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert proc.stdout is not None
+    url = proc.stdout.readline().strip().removeprefix("NATS ready at ")
+    assert url.startswith("nats://"), proc.stderr.read() if proc.stderr else url
+    for _ in range(3):  # data dir, coordinator line, hint
+        proc.stdout.readline()
+    yield {**env, "CTXBUS_NATS_URL": url, "CTXBUS_DOMAIN": "alice/s1/t1"}
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "data kept" in out
+
+
+def test_two_agents_propose_and_every_reader_agrees(up: dict[str, str]) -> None:
+    first = _run("brief", "propose", "set_goal", "ship the cache", "--agent", "alice", "--json", env=up)
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout) == {"status": "committed", "revision": 1, "duplicate": False}
+    assert _run("brief", "propose", "reject", "redis lock", "--reason", "no redis in prod", "-a", "bob", env=up).returncode == 0
+    refused = _run("brief", "propose", "add_decision", "Redis lock", "-a", "carol", env=up)
+    assert refused.returncode == 1
+    assert "rejected at rev 2 by bob: no redis in prod" in refused.stdout
+
+    shown = json.loads(_run("brief", "show", "--json", env=up).stdout)
+    assert shown["brief"]["revision"] == 2
+    assert shown["brief"]["goal"]["text"] == "ship the cache"
+    assert [r["option"] for r in shown["brief"]["rejected"]] == ["redis lock"]
+
+    log = [json.loads(line) for line in _run("log", "--json", env=up).stdout.splitlines()]
+    assert [entry["author"] for entry in log] == ["alice", "bob"]
+
+    status = json.loads(_run("status", "--json", env=up).stdout)
+    assert status["coordinator"]["commits"] == 2
+    assert status["coordinator"]["domains"] == ["alice/s1/t1"]
