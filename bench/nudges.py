@@ -12,6 +12,10 @@ Tokens are counted with the reference's Claude BPE (`claude.tiktoken` from the s
 anchors; set CTXBUS_ANCHORS to point elsewhere). Target: warm p95 <= 1 ms;
 magic-context reports 2.108 ms p95 for its defer walk on the same tail size.
 
+Then Channel 2's lease: a first-time claim+deliver of a cycle, and a repeat call on a
+delivered cycle, against a raw KV compare-and-set made alternately on the same
+embedded server, with p50/p95 and the ratios.
+
 Run: .venv/bin/python bench/nudges.py
 """
 
@@ -28,10 +32,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import anyio
+from nats.js.api import KeyValueConfig
+
 from agents.context import CLAUDE_SPLIT_PATTERN, Tokenizer
 from agents.nudges import (
+    Channel2Lease,
+    DeliveryOutcome,
     HygieneWalker,
     PartKind,
+    SyntheticMessage,
     TagKind,
     TagState,
     TailPart,
@@ -39,6 +49,8 @@ from agents.nudges import (
     drop_placeholder,
     protected_floor,
 )
+from bus import BusConfig, EmbeddedServer, Leases, connect
+from schemas import Domain
 
 TARGET_TOKENS = 249_000
 WALKS = 41
@@ -46,6 +58,10 @@ WARM_TARGET_P95_MS = 1.0
 REFERENCE_WARM_P95_MS = 2.108
 USABLE_WINDOW = 200_000
 SEED = 7
+LEASE_ROUNDS = 301
+"""Fresh cycles delivered (and raw CAS updates made) for the lease rows."""
+PROTOCOL_WRITES = 3
+"""Compare-and-set writes of a first delivery: pending, claimed, delivered."""
 
 _VOCABULARY = (
     "the request handler returns a value when the cache misses and the worker retries "
@@ -176,14 +192,74 @@ def bench_walk(tokenizer: Tokenizer) -> list[Figures]:
     ]
 
 
-def bench_lease_claim_vs_kv_cas() -> None:
-    """Placeholder: Channel 2's lease claim + deliver cost against a raw KV CAS.
+class _BenchHost:
+    """Host adapter that only remembers directive ids: the bench times the bus, not a host."""
 
-    Goes here once the bus lease primitive lands (issue 4, item 5): time
-    `'' -> pending -> claimed -> delivered` through the lease API and a bare KV
-    compare-and-set on the same embedded server, and print both with their ratio.
+    def __init__(self) -> None:
+        self.sent: set[str] = set()
+
+    async def deliver(self, message: SyntheticMessage) -> None:
+        self.sent.add(message.directive_id)
+
+    async def already_delivered(self, directive_id: str) -> bool:
+        return directive_id in self.sent
+
+
+async def _lease_rounds(rounds: int) -> tuple[Figures, Figures, Figures, Figures, str]:
+    async with EmbeddedServer() as server:
+        client = await connect(BusConfig(servers=[server.url]))
+        try:
+            kv = await client.jetstream().create_key_value(KeyValueConfig(bucket="bench_raw_kv"))
+            leases = Leases(client)
+            await leases.ensure()
+            host = _BenchHost()
+            lease = Channel2Lease(leases, host, domain=Domain.parse("bench/s/t"), agent_id="agent")
+            revision = await kv.put("k", b"x" * 64)
+            raw, raw3, first, again = [], [], [], []
+            # Alternate op by op, so drift on the box hits every row alike.
+            for cycle in range(rounds):
+                start = time.perf_counter_ns()
+                revision = await kv.update("k", b"x" * 64, last=revision)
+                middle = time.perf_counter_ns()
+                delivery = await lease.deliver(cycle, text="prune")
+                end = time.perf_counter_ns()
+                repeat = await lease.deliver(cycle, text="prune")
+                done = time.perf_counter_ns()
+                for _ in range(PROTOCOL_WRITES):
+                    revision = await kv.update("k", b"x" * 64, last=revision)
+                raw3.append((time.perf_counter_ns() - done) / 1e6)
+                assert delivery.outcome is DeliveryOutcome.SENT and repeat.outcome is DeliveryOutcome.ALREADY
+                raw.append((middle - start) / 1e6)
+                first.append((end - middle) / 1e6)
+                again.append((done - end) / 1e6)
+            assert len(host.sent) == rounds
+            setting = f"nats-server {server.url}, sync_interval: {server.sync_interval}"
+        finally:
+            await client.close()
+    return (
+        Figures("raw KV CAS update (baseline)", raw),
+        Figures("Channel 2 claim+deliver (first time)", first),
+        Figures("Channel 2 deliver (already delivered)", again),
+        Figures(f"{PROTOCOL_WRITES} raw KV CAS updates in a row", raw3),
+        setting,
+    )
+
+
+def bench_lease_claim_vs_kv_cas(rounds: int = LEASE_ROUNDS) -> None:
+    """Channel 2's lease claim + deliver against a raw KV compare-and-set, same server.
+
+    One first-time delivery is a read, three compare-and-set writes (pending, claimed,
+    delivered) and two host calls; a repeat is one read.
     """
-    print("lease claim+deliver vs raw KV CAS: not measured yet (needs the bus lease primitive)")
+    raw, first, again, raw3, setting = anyio.run(_lease_rounds, rounds)
+    print(f"\nlease rounds: {rounds} on an embedded {setting}")
+    for row in (raw, raw3, first, again):
+        print(row.row())
+    for row in (raw3, first, again):
+        print(
+            f"{row.name} / raw KV CAS: p50 x{row.percentile(0.50) / raw.percentile(0.50):.2f}, "
+            f"p95 x{row.percentile(0.95) / raw.percentile(0.95):.2f}"
+        )
 
 
 def main() -> int:

@@ -9,6 +9,8 @@ The agent decides what to forget; this package tells it when and how much:
 - `Channel1` appends a `Reminder` to tool outputs, with its state persisted through a
   `NudgeStateStore` (`SqliteNudgeStateStore` in the agent's SQLite file).
 - `plan_drops` turns a ctx_reduce ``drop="3-5,9"`` request into a `DropPlan`.
+- `Channel2` asks for a prune in a `SyntheticMessage` once per tail cycle, delivered
+  through a `HostAdapter` at most once across processes by a `Channel2Lease` on the bus.
 """
 
 from agents.nudges._bands import (
@@ -37,6 +39,25 @@ from agents.nudges._channel1 import (
     Verdict,
     decide,
     start_grace,
+)
+from agents.nudges._channel2 import (
+    DIRECTIVE_PREFIX,
+    Channel2,
+    HostAdapter,
+    SyntheticMessage,
+    advance_cycle,
+    channel2_text,
+    directive_id,
+)
+from agents.nudges._channel2_lease import (
+    DEFAULT_CLAIM_TTL,
+    SEND_WINDOW,
+    Channel2Lease,
+    Channel2LeaseConfig,
+    Delivery,
+    DeliveryOutcome,
+    DirectiveState,
+    DirectiveView,
 )
 from agents.nudges._hints import HINT_LIMIT, HINT_MIN_OUTPUT_TOKENS, ReclaimHint, ToolCategory, tool_category
 from agents.nudges._hygiene import HygieneWalker, TailMeasure
@@ -69,6 +90,7 @@ from agents.nudges._reminders import Reminder, approx_tokens
 from agents.nudges._state import (
     Channel1Level,
     Channel1State,
+    Channel2State,
     MemoryNudgeStateStore,
     NudgeState,
     NudgeStateCorrupt,
@@ -81,6 +103,8 @@ from agents.nudges._tail import PartKind, TagKind, TagState, TailPart, TailTag, 
 __all__ = [
     "CHANNEL2_MIN_RECLAIMABLE_TOKENS",
     "CHANNEL2_SEVERITY",
+    "DEFAULT_CLAIM_TTL",
+    "DIRECTIVE_PREFIX",
     "FIRM_SEVERITY",
     "GENTLE_SEVERITY",
     "HINT_LIMIT",
@@ -93,6 +117,7 @@ __all__ = [
     "REFIRE_MIN_USER_TURNS",
     "REMINDER_CLOSE",
     "REMINDER_OPEN",
+    "SEND_WINDOW",
     "URGENT_SEVERITY",
     "Band",
     "Channel1",
@@ -100,10 +125,19 @@ __all__ = [
     "Channel1Level",
     "Channel1Outcome",
     "Channel1State",
+    "Channel2",
+    "Channel2Lease",
+    "Channel2LeaseConfig",
+    "Channel2State",
+    "Delivery",
+    "DeliveryOutcome",
+    "DirectiveState",
+    "DirectiveView",
     "DropPlan",
     "DropRangeTooLarge",
     "DropSpecError",
     "DropStyle",
+    "HostAdapter",
     "HygieneWalker",
     "MemoryNudgeStateStore",
     "NudgeState",
@@ -115,6 +149,7 @@ __all__ = [
     "Reminder",
     "ReversedDropRange",
     "SqliteNudgeStateStore",
+    "SyntheticMessage",
     "TagKind",
     "TagState",
     "TailMeasure",
@@ -124,11 +159,14 @@ __all__ = [
     "ToolCategory",
     "UnknownDropTags",
     "Verdict",
+    "advance_cycle",
     "approx_tokens",
     "band_for",
     "channel1_band",
     "channel2_armed",
+    "channel2_text",
     "decide",
+    "directive_id",
     "drop_placeholder",
     "drop_style",
     "is_drop_placeholder",

@@ -3,8 +3,9 @@
 The decision state must survive a restart: an agent that forgot it had already
 reminded the model would repeat the full reminder right after coming back up. The
 state is a small pydantic model stored as JSON in its own table of the agent's SQLite
-file. Channel 2 adds its own section to `NudgeState` later; sections default, so
-stored payloads keep loading as the model grows.
+file. Each channel has its own section of `NudgeState`; sections default, so stored
+payloads keep loading as the model grows (a payload from before Channel 2 loads with a
+fresh `Channel2State`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from schemas import CtxbusError
 __all__ = [
     "Channel1Level",
     "Channel1State",
+    "Channel2State",
     "MemoryNudgeStateStore",
     "NudgeState",
     "NudgeStateCorrupt",
@@ -60,6 +62,23 @@ class Channel1State(BaseModel):
     grace: PostReduceGrace | None = None
 
 
+class Channel2State(BaseModel):
+    """Which tail cycle Channel 2 is in, and whether this agent saw it delivered.
+
+    The bus lease of the cycle is the truth about delivery across processes; this is
+    the agent's own memory of it, so a delivered cycle is not even looked up again.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    cycle: int = Field(default=0, ge=0)
+    """Current tail cycle; the lease key and the directive id are derived from it."""
+    armed_t: int | None = Field(default=None, ge=0)
+    """T when this cycle first met the Channel 2 predicate; None until it does."""
+    delivered: bool = False
+    """The cycle's directive is known to be delivered: never armed again."""
+
+
 class NudgeState(BaseModel):
     """Everything the nudges persist for one agent."""
 
@@ -67,6 +86,7 @@ class NudgeState(BaseModel):
 
     version: Literal[1] = 1
     channel1: Channel1State = Channel1State()
+    channel2: Channel2State = Channel2State()
 
 
 class NudgeStateCorrupt(CtxbusError):

@@ -1,0 +1,276 @@
+"""The Channel 2 lease protocol against the session's real NATS server.
+
+``'' -> pending -> claimed(token) -> delivered``: one send per cycle, failed sends back
+to pending, dead claims expiring, sent-but-unconfirmed messages recovered rather than
+sent again, and lease values we did not write handled without crashing.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import anyio
+import pytest
+from nats.aio.client import Client
+
+from agents.nudges import (
+    Channel2Lease,
+    Channel2LeaseConfig,
+    DeliveryOutcome,
+    DirectiveState,
+    SyntheticMessage,
+    directive_id,
+)
+from bus import LEASE_BUCKET, Bucket, BucketConfig, Leases
+from schemas import Domain, InvalidDomain, LeaseRecord, UsageError
+
+SHORT_TTL = 1.0
+EXPIRY_WAIT = 10.0
+"""Seconds a test waits at most for a 1 s value to expire."""
+
+
+class Host:
+    """A host adapter at our own seam: keeps the messages it was given."""
+
+    def __init__(self, *, failures: int = 0) -> None:
+        self.sent: list[SyntheticMessage] = []
+        self.failures = failures
+        self.send_delay = 0.0
+        self.check_delay = 0.0
+
+    async def deliver(self, message: SyntheticMessage) -> None:
+        await anyio.sleep(self.send_delay)
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("host is offline")
+        self.sent.append(message)
+
+    async def already_delivered(self, directive_id: str) -> bool:
+        await anyio.sleep(self.check_delay)
+        return any(message.directive_id == directive_id for message in self.sent)
+
+
+@pytest.fixture
+async def leases(nats_client: Client) -> Leases:
+    store = Leases(nats_client)
+    await store.ensure()
+    return store
+
+
+@pytest.fixture
+def domain() -> Domain:
+    return Domain(user="u", session="s", task=f"t{uuid.uuid4().hex[:10]}")
+
+
+def lease_for(
+    leases: Leases, host: Host, domain: Domain, *, ttl: float = 60, holder: str | None = None
+) -> Channel2Lease:
+    config = Channel2LeaseConfig(claim_ttl=ttl)
+    return Channel2Lease(leases, host, domain=domain, agent_id="a1", holder=holder, config=config)
+
+
+async def wait_until_absent(lease: Channel2Lease, cycle: int) -> float:
+    """Seconds until the cycle's value expired."""
+    started = time.monotonic()
+    with anyio.fail_after(EXPIRY_WAIT):
+        while (await lease.inspect(cycle)).state is not DirectiveState.ABSENT:
+            await anyio.sleep(0.05)
+    return time.monotonic() - started
+
+
+async def test_first_delivery_walks_pending_claimed_delivered(leases: Leases, domain: Domain) -> None:
+    host = Host()
+    lease = lease_for(leases, host, domain)
+    assert (await lease.inspect(3)).state is DirectiveState.ABSENT
+    armed = await lease.arm(3)
+    assert armed.state is DirectiveState.PENDING
+    assert (await lease.arm(3)).revision == armed.revision  # arming is idempotent
+
+    delivery = await lease.deliver(3, text="prune now")
+
+    assert (delivery.outcome, delivery.confirmed, delivery.done) == (DeliveryOutcome.SENT, True, True)
+    assert delivery.directive_id == directive_id(domain, "a1", 3) == lease.directive_id(3)
+    [message] = host.sent
+    assert (message.directive_id, message.cycle, message.text) == (delivery.directive_id, 3, "prune now")
+    assert message.role == "user" and message.synthetic and not message.counts_as_user_turn
+    view = await lease.inspect(3)
+    assert view.state is DirectiveState.DELIVERED and view.record is not None
+    assert view.record.token and view.record.detail == {"directive": delivery.directive_id, "by": "sent"}
+
+
+async def test_a_delivered_cycle_is_never_sent_again(leases: Leases, domain: Domain) -> None:
+    host = Host()
+    first = lease_for(leases, host, domain, holder="p1")
+    second = lease_for(leases, host, domain, holder="p2")
+    assert (await first.deliver(0, text="x")).outcome is DeliveryOutcome.SENT
+    again = await second.deliver(0, text="x")
+    assert (again.outcome, again.done) == (DeliveryOutcome.ALREADY, True)
+    assert len(host.sent) == 1
+    assert (await second.deliver(1, text="x")).outcome is DeliveryOutcome.SENT  # cycles are independent
+
+
+async def test_delivered_does_not_expire_with_the_claim_ttl(leases: Leases, domain: Domain) -> None:
+    lease = lease_for(leases, Host(), domain, ttl=SHORT_TTL)
+    await lease.deliver(0, text="x")
+    await anyio.sleep(SHORT_TTL * 2.5)
+    assert (await lease.inspect(0)).state is DirectiveState.DELIVERED
+
+
+async def test_a_failed_send_goes_back_to_pending(leases: Leases, domain: Domain) -> None:
+    host = Host(failures=1)
+    lease = lease_for(leases, host, domain)
+    failed = await lease.deliver(0, text="x")
+    assert failed.outcome is DeliveryOutcome.FAILED and not failed.done
+    assert isinstance(failed.error, ConnectionError)
+    assert (await lease.inspect(0)).state is DirectiveState.PENDING
+    assert (await lease.deliver(0, text="x")).outcome is DeliveryOutcome.SENT
+    assert len(host.sent) == 1
+
+
+async def test_a_live_claim_keeps_other_processes_out(leases: Leases, domain: Domain) -> None:
+    host = Host()
+    host.send_delay = 0.3
+    sender = lease_for(leases, host, domain, holder="sender")
+    other = lease_for(leases, host, domain, holder="other")
+    outcomes = {}
+
+    async def send() -> None:
+        outcomes["sender"] = (await sender.deliver(0, text="x")).outcome
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(send)
+        with anyio.fail_after(5):
+            while (await other.inspect(0)).state is not DirectiveState.CLAIMED:
+                await anyio.sleep(0.01)
+        outcomes["other"] = (await other.deliver(0, text="x")).outcome
+    assert outcomes == {"sender": DeliveryOutcome.SENT, "other": DeliveryOutcome.BUSY}
+    assert len(host.sent) == 1
+
+
+async def test_sixteen_concurrent_senders_send_once(leases: Leases, domain: Domain) -> None:
+    host = Host()
+    outcomes: list[DeliveryOutcome] = []
+
+    async def one(i: int) -> None:
+        outcomes.append((await lease_for(leases, host, domain, holder=f"p{i}").deliver(7, text="x")).outcome)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(16):
+            tg.start_soon(one, i)
+    assert outcomes.count(DeliveryOutcome.SENT) == 1 and len(host.sent) == 1
+    assert set(outcomes) <= {DeliveryOutcome.SENT, DeliveryOutcome.ALREADY, DeliveryOutcome.BUSY}
+
+
+async def _leave_dead_claim(leases: Leases, lease: Channel2Lease, cycle: int) -> None:
+    """What a process that died right after winning its claim leaves behind."""
+    record = LeaseRecord(holder="dead", state="claimed", token="t0", detail={"directive": lease.directive_id(cycle)})
+    await leases.claim(lease.key(cycle), "dead", SHORT_TTL, record=record)
+
+
+async def test_a_dead_claim_expires_and_another_process_sends(leases: Leases, domain: Domain) -> None:
+    host = Host()
+    lease = lease_for(leases, host, domain, ttl=SHORT_TTL)
+    await _leave_dead_claim(leases, lease, 0)
+    assert (await lease.deliver(0, text="x")).outcome is DeliveryOutcome.BUSY
+    assert await wait_until_absent(lease, 0) <= SHORT_TTL + 1
+    assert (await lease.deliver(0, text="x")).outcome is DeliveryOutcome.SENT
+    assert len(host.sent) == 1
+
+
+async def test_sent_but_unconfirmed_is_recovered_not_sent_again(leases: Leases, domain: Domain) -> None:
+    host = Host()
+    lease = lease_for(leases, host, domain, ttl=SHORT_TTL)
+    # The dead process had sent before dying: the host holds the directive.
+    host.sent.append(SyntheticMessage(directive_id=lease.directive_id(0), cycle=0, text="x"))
+    await _leave_dead_claim(leases, lease, 0)
+    await wait_until_absent(lease, 0)
+    delivery = await lease.deliver(0, text="x")
+    assert (delivery.outcome, delivery.confirmed) == (DeliveryOutcome.RECOVERED, True)
+    assert len(host.sent) == 1
+    view = await lease.inspect(0)
+    assert view.state is DirectiveState.DELIVERED and view.record is not None
+    assert view.record.detail["by"] == "recovered"
+
+
+async def test_a_cancelled_send_hands_the_claim_back(leases: Leases, domain: Domain) -> None:
+    host = Host()
+    host.send_delay = 60
+    lease = lease_for(leases, host, domain)
+    with anyio.move_on_after(0.3):
+        await lease.deliver(0, text="x")
+    assert (await lease.inspect(0)).state is DirectiveState.PENDING
+    host.send_delay = 0
+    assert (await lease.deliver(0, text="x")).outcome is DeliveryOutcome.SENT
+
+
+async def test_a_claim_that_aged_before_sending_is_given_back_unsent(leases: Leases, domain: Domain) -> None:
+    host = Host()
+    host.check_delay = SHORT_TTL * 0.7  # past SEND_WINDOW of the TTL, before it runs out
+    lease = lease_for(leases, host, domain, ttl=SHORT_TTL)
+    assert (await lease.deliver(0, text="x")).outcome is DeliveryOutcome.BUSY
+    assert host.sent == []
+    assert (await lease.inspect(0)).state is DirectiveState.PENDING
+
+
+async def test_a_send_that_outlived_its_claim_is_still_confirmed(leases: Leases, domain: Domain) -> None:
+    host = Host()
+    host.send_delay = SHORT_TTL + 1.2  # the claim expires while the host is sending
+    lease = lease_for(leases, host, domain, ttl=SHORT_TTL)
+    delivery = await lease.deliver(0, text="x")
+    assert (delivery.outcome, delivery.confirmed) == (DeliveryOutcome.SENT, True)
+    assert (await lease.inspect(0)).state is DirectiveState.DELIVERED
+    assert len(host.sent) == 1
+
+
+def _record(state: str, **fields: object) -> bytes:
+    return LeaseRecord.model_validate({"holder": "someone", "state": state, **fields}).encode()
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(b"\xc1\xff not msgpack", id="garbled"),
+        pytest.param(b"\x01", id="msgpack-not-a-map"),
+        pytest.param(b"", id="empty"),
+        pytest.param(_record("exploded"), id="unknown-state"),
+        pytest.param(_record("claimed"), id="claim-without-token"),
+        pytest.param(_record("delivered", detail={"directive": "c2-elsewhere"}), id="foreign-directive"),
+        pytest.param(_record("pending"), id="no-directive"),
+    ],
+)
+async def test_values_we_did_not_write_are_replaced_without_crashing(
+    leases: Leases, domain: Domain, nats_client: Client, value: bytes
+) -> None:
+    host = Host()
+    lease = lease_for(leases, host, domain)
+    await Bucket(nats_client, BucketConfig(name=LEASE_BUCKET)).put(lease.key(0), value)
+    before = (await lease.inspect(0)).state
+    assert before in (DirectiveState.UNKNOWN, DirectiveState.ABSENT)  # garbled bytes read as no lease
+    assert (await lease.deliver(0, text="x")).outcome is DeliveryOutcome.SENT
+    assert (await lease.inspect(0)).state is DirectiveState.DELIVERED
+    assert len(host.sent) == 1
+
+
+async def test_an_unknown_value_is_re_armed_by_arm(leases: Leases, domain: Domain, nats_client: Client) -> None:
+    lease = lease_for(leases, Host(), domain)
+    await Bucket(nats_client, BucketConfig(name=LEASE_BUCKET)).put(lease.key(0), _record("exploded"))
+    assert (await lease.arm(0)).state is DirectiveState.PENDING
+
+
+async def test_bad_arguments_are_caller_errors(leases: Leases, domain: Domain) -> None:
+    with pytest.raises(UsageError, match="claim_ttl must be at least 1 second, got 0.5"):
+        Channel2LeaseConfig(claim_ttl=0.5)
+    with pytest.raises(InvalidDomain, match="agent id"):
+        Channel2Lease(leases, Host(), domain=domain, agent_id="a.b")
+    lease = lease_for(leases, Host(), domain)
+    with pytest.raises(UsageError, match="cycle must be a non-negative integer, got -1"):
+        await lease.deliver(-1, text="x")
+    assert "a1" in repr(lease) and str(domain) in repr(lease)
+
+
+def test_directive_ids_are_deterministic_and_distinct() -> None:
+    domain = Domain.parse("u/s/t")
+    assert directive_id(domain, "a", 1) == directive_id(Domain.parse("u/s/t"), "a", 1)
+    others = {directive_id(domain, "a", 2), directive_id(domain, "b", 1), directive_id(Domain.parse("u/s/x"), "a", 1)}
+    assert directive_id(domain, "a", 1) not in others and len(others) == 3
