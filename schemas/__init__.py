@@ -66,6 +66,17 @@ from schemas._errors import (
     WireError,
 )
 from schemas._lease import LeaseRecord
+from schemas._message import (
+    MESSAGE_KINDS,
+    MESSAGE_ROLES,
+    MESSAGE_STATES,
+    Message,
+    MessageKind,
+    MessageRole,
+    MessageState,
+    content_hash,
+    message_id,
+)
 from schemas._presence import Presence
 
 __all__ = [
@@ -102,6 +113,13 @@ __all__ = [
     "KEYS_PER_AUTHOR",
     "KEY_MAX",
     "LeaseRecord",
+    "MESSAGE_KINDS",
+    "MESSAGE_ROLES",
+    "MESSAGE_STATES",
+    "Message",
+    "MessageKind",
+    "MessageRole",
+    "MessageState",
     "MessageType",
     "OPTION_MAX",
     "PayloadTooLarge",
@@ -128,7 +146,9 @@ __all__ = [
     "applied_revision",
     "apply",
     "brief_hash",
+    "content_hash",
     "fold_done_op",
+    "message_id",
     "normalize",
     "parse_proposal",
     "render_brief",

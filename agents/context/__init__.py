@@ -1,5 +1,54 @@
-"""The local three-layer context engine: pure, synchronous, its only I/O is SQLite."""
+"""The local three-layer context engine: pure, synchronous, its only I/O is SQLite.
 
+`LocalContext` keeps one agent's history in three layers under a token budget (pinned,
+rolling, summary), archives large tool output for `read`/`search`, and persists
+everything in the agent's SQLite file. See `DESIGN.md` section 3.
+"""
+
+from agents.context._archive import SearchHit
+from agents.context._config import ContextConfig, LayerBudgets
+from agents.context._engine import LocalContext
+from agents.context._errors import (
+    ContextClosed,
+    DomainMismatch,
+    InputTooLarge,
+    InvalidConfig,
+    InvalidMessage,
+    StoreError,
+    UnknownMode,
+    UnknownReference,
+)
+from agents.context._modes import BUILTIN_MODES, ModeDescriptor
+from agents.context._report import ComposeReport, Composition, LayerItem, LayerView, TailItem, Trim, TrimReason
+from agents.context._summary import ExtractiveSummarizer, Summarizer
 from agents.context._tokens import CLAUDE_SPLIT_PATTERN, DEFAULT_ENCODING, EncodingNotFound, Tokenizer
 
-__all__ = ["CLAUDE_SPLIT_PATTERN", "DEFAULT_ENCODING", "EncodingNotFound", "Tokenizer"]
+__all__ = [
+    "BUILTIN_MODES",
+    "CLAUDE_SPLIT_PATTERN",
+    "ComposeReport",
+    "Composition",
+    "ContextClosed",
+    "ContextConfig",
+    "DEFAULT_ENCODING",
+    "DomainMismatch",
+    "EncodingNotFound",
+    "ExtractiveSummarizer",
+    "InputTooLarge",
+    "InvalidConfig",
+    "InvalidMessage",
+    "LayerBudgets",
+    "LayerItem",
+    "LayerView",
+    "LocalContext",
+    "ModeDescriptor",
+    "SearchHit",
+    "StoreError",
+    "Summarizer",
+    "TailItem",
+    "Tokenizer",
+    "Trim",
+    "TrimReason",
+    "UnknownMode",
+    "UnknownReference",
+]

@@ -1,0 +1,186 @@
+"""Large tool output on demand: compact forms, line reads and BM25 search (SQLite FTS5).
+
+A 3,000-token test log is worth a few lines in the prompt: its size, how it starts and
+ends, and its error lines. The full text stays in the store, where `read` returns any
+line range or the lines matching a query, and `search` ranks everything with BM25.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from dataclasses import dataclass
+
+from agents.context._classify import ERROR_LINE
+from schemas import UsageError
+
+__all__ = [
+    "ARCHIVE_SCHEMA",
+    "SearchHit",
+    "compact_form",
+    "error_line_numbers",
+    "index_pending",
+    "read_lines",
+    "search_archive",
+]
+
+ARCHIVE_SCHEMA = """
+CREATE VIRTUAL TABLE IF NOT EXISTS archive_fts USING fts5(
+    content, content='messages', content_rowid='tag', tokenize='unicode61 remove_diacritics 2'
+);
+"""
+"""External-content FTS5 index over `messages.content`: the text is stored once."""
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+_MAX_QUERY_TERMS = 32
+_MAX_READ_HITS = 50
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """One compact search result: enough to decide whether to `read` it."""
+
+    tag: int
+    """The message's `§N§` number; pass it to `read`."""
+    id: str
+    """The message id."""
+    kind: str
+    """Message kind."""
+    tool_name: str | None
+    """Tool that produced or was called, if any."""
+    layer: str
+    """Where the message is now: pinned, rolling, summary or gone."""
+    score: float
+    """BM25 relevance; higher is better."""
+    snippet: str
+    """A few words around the match, matches in [brackets]."""
+
+
+def compact_form(
+    tag: int,
+    content: str,
+    *,
+    tool_name: str | None,
+    tokens: int,
+    lines: int,
+    line_chars: int,
+    error_lines: int,
+) -> str:
+    """The prompt's stand-in for archived output: size, head, tail and error lines."""
+    all_lines = content.splitlines()
+    n = len(all_lines)
+    what = f"{tool_name} output" if tool_name else "tool output"
+    out = [f"§{tag}§ [archived {what}: {tokens:,} tokens, {n:,} lines; ctx_read({tag}) for detail]"]
+    if n <= 2 * lines:
+        shown = list(enumerate(all_lines, 1))
+    else:
+        shown = [*enumerate(all_lines[:lines], 1), (0, f"… {n - 2 * lines:,} lines not shown …")]
+        shown += list(enumerate(all_lines[n - lines :], n - lines + 1))
+    out.extend(_clip(text, line_chars) for _, text in shown)
+    head_tail = {number for number, _ in shown}
+    errors = [(n, all_lines[n - 1]) for n in error_line_numbers(content, head_tail, error_lines)]
+    if errors:
+        out.append("errors:")
+        out.extend(f"{number}: {_clip(text.strip(), line_chars)}" for number, text in errors)
+    return "\n".join(out)
+
+
+def read_lines(content: str, *, lines: tuple[int, int] | None = None, query: str | None = None) -> str:
+    """Numbered lines of `content`: a 1-based inclusive range, or those matching `query`.
+
+    :raises UsageError: for an empty or inverted range, or a query with no words.
+    """
+    all_lines = content.splitlines()
+    if lines is not None:
+        start, end = lines
+        if start < 1 or end < start:
+            raise UsageError(f"line range must be 1 <= start <= end, got {lines!r}")
+        picked = list(enumerate(all_lines[start - 1 : end], start))
+    elif query is not None:
+        terms = [t.lower() for t in _WORD.findall(query)]
+        if not terms:
+            raise UsageError(f"query {query!r} has no words to look for")
+        picked = [(n, t) for n, t in enumerate(all_lines, 1) if any(term in t.lower() for term in terms)]
+        picked = picked[:_MAX_READ_HITS]
+    else:
+        return content
+    return "\n".join(f"{number}: {text}" for number, text in picked)
+
+
+def index_pending(conn: sqlite3.Connection, domain: str, after: int) -> int:
+    """Index messages with a tag above `after`; return the highest tag now indexed."""
+    row = conn.execute("SELECT max(tag) FROM messages WHERE domain = ?", (domain,)).fetchone()
+    newest = int(row[0] or 0)
+    if newest > after:
+        conn.execute(
+            "INSERT INTO archive_fts(rowid, content) SELECT tag, content FROM messages "
+            "WHERE domain = ? AND tag > ? ORDER BY tag",
+            (domain, after),
+        )
+    return max(newest, after)
+
+
+def search_archive(conn: sqlite3.Connection, domain: str, query: str, limit: int) -> list[SearchHit]:
+    """BM25-ranked hits for any of the words of `query`.
+
+    The query is reduced to quoted words joined by OR, so FTS syntax in user text
+    (quotes, `-`, `NEAR`, `*`) can neither break the query nor change its meaning.
+
+    :raises UsageError: if `query` has no words or `limit` is below 1.
+    """
+    if limit < 1:
+        raise UsageError(f"search limit must be >= 1, got {limit!r}")
+    terms = list(dict.fromkeys(_WORD.findall(query)))[:_MAX_QUERY_TERMS]
+    if not terms:
+        raise UsageError(f"search query {query!r} has no words to look for")
+    match = " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
+    rows = conn.execute(
+        "SELECT m.tag, m.id, m.kind, m.tool_name, m.layer, bm25(archive_fts) AS rank, "
+        "snippet(archive_fts, 0, '[', ']', '…', 12) "
+        "FROM archive_fts JOIN messages AS m ON m.tag = archive_fts.rowid "
+        "WHERE archive_fts MATCH ? AND m.domain = ? ORDER BY rank, m.tag LIMIT ?",
+        (match, domain, limit),
+    ).fetchall()
+    return [
+        SearchHit(tag=tag, id=mid, kind=kind, tool_name=tool, layer=layer, score=-float(rank), snippet=snip)
+        for tag, mid, kind, tool, layer, rank, snip in rows
+    ]
+
+
+_ERROR_WORDS = (
+    "error", "exception", "traceback", "fail", "fatal", "panic", "denied", "segmentation fault",
+    "no such file", "not found", "<returncode>",
+)
+"""Substrings every `ERROR_LINE` match contains (lower case): `str.find` skips through a
+10 kB log far faster than a regex, which then only checks the candidate lines."""
+
+
+def error_line_numbers(content: str, skip: set[int], limit: int) -> list[int]:
+    """1-based numbers of the first `limit` lines with an error (lines in `skip` excluded)."""
+    if limit <= 0:
+        return []
+    lower = content.lower()
+    starts: set[int] = set()
+    for word in _ERROR_WORDS:
+        pos = lower.find(word)
+        hits = 0
+        while pos != -1 and hits < 4 * limit + len(skip):
+            starts.add(lower.rfind("\n", 0, pos) + 1)
+            hits += 1
+            line_end = lower.find("\n", pos)
+            pos = -1 if line_end == -1 else lower.find(word, line_end)
+    found: list[int] = []
+    line, counted_to = 1, 0
+    for start in sorted(starts):
+        line += content.count("\n", counted_to, start)
+        counted_to = start
+        end = content.find("\n", start)
+        if line not in skip and ERROR_LINE.search(content, start, len(content) if end == -1 else end):
+            found.append(line)
+            if len(found) == limit:
+                break
+    return found
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,404 @@
+"""Compose: fit the three layers into the budget and render the prompt.
+
+Every cost comes from counts cached at ingest (or when a summary entry or constraint
+record was written), so a compose over a 128k window adds integers instead of
+tokenizing. What is given up when the prompt is over budget, in order:
+
+1. expired messages (low-value chat dropped, the rest summarized);
+2. soft pins over the pinned cap, then long hard pins cut to their constraint sentences;
+3. the least valuable units of rolling outside the protected window, into the summary
+   (whose oldest entries are merged to keep it under its cap);
+4. only when the rest alone is over budget: summary entries, remaining pins, the
+   protected window, and last, hard constraints (reported, never silent) and the brief.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from agents.context._classify import has_constraint
+from agents.context._config import LayerBudgets
+from agents.context._errors import InputTooLarge
+from agents.context._modes import ModeDescriptor
+from agents.context._records import LOW_VALUE_KINDS, Entry, eviction_value
+from agents.context._render import PINNED_HEADER, SUMMARY_HEADER, render
+from agents.context._report import Composition, Trim, TrimReason, log_trim, logger
+from agents.context._state import ContextState
+from agents.context._summary import Summarizer
+from schemas._message import MESSAGE_KINDS
+
+__all__ = ["BRIEF_HEADER", "compose", "protected_units"]
+
+BRIEF_HEADER = "[shared brief]\n"
+_MIN_SUMMARY_TARGET = 12
+"""A summary cap below this many tokens holds nothing useful: entries are dropped instead."""
+_MERGED_MAX = 512
+"""Largest entry a merge of two produces. Keeping entries small keeps each merge (one
+count of the merged text) cheap, so composes stay fast at large windows."""
+
+
+_BINDING_KINDS = frozenset({"conclusion", "task_state", "knowledge"})
+
+
+def _may_bind(e: Entry) -> bool:
+    """Whether a constraint in this message binds later turns.
+
+    User and system text is checked at ingest already; conclusions, task state and
+    knowledge (say, an agreed decision the assistant wrote down) are checked when they are
+    summarized. Tool output and plain assistant chat are not: "must" there describes code
+    or a plan, not a rule.
+    """
+    return e.role in ("user", "system") or e.kind in _BINDING_KINDS
+
+
+def protected_units(visible: list[Entry], recent: int) -> set[int]:
+    """Units of the newest `recent` visible messages: eviction does not touch them."""
+    return {e.unit for e in visible[len(visible) - recent :]} if recent else set()
+
+
+def compose(
+    state: ContextState,
+    summarizer: Summarizer,
+    mode: ModeDescriptor,
+    user_input: str,
+    brief: str | None,
+    *,
+    now: float,
+    domain: str,
+    count: Callable[[str], int],
+) -> Composition:
+    """Fit the layers to the budget (trimming as needed) and render the prompt.
+
+    :param count: a cached token counter for texts that repeat across composes (the
+        system text, the brief, headers).
+    :raises InputTooLarge: if `user_input` alone does not fit.
+    """
+    return _Run(state, summarizer, mode, user_input, brief, now, domain, count).execute()
+
+
+class _Run:
+    """The working state of one compose."""
+
+    def __init__(
+        self,
+        state: ContextState,
+        summarizer: Summarizer,
+        mode: ModeDescriptor,
+        user_input: str,
+        brief: str | None,
+        now: float,
+        domain: str,
+        count: Callable[[str], int],
+    ) -> None:
+        self.st = state
+        self.cfg = state.config
+        self.summarizer = summarizer
+        self.mode = mode
+        self.now = now
+        self.domain = domain
+        self.count = count
+        self.ov = self.cfg.message_overhead
+        self.sys_text = mode.system_text
+        self.sys_cost = count(self.sys_text) + self.ov
+        self.user_input = user_input
+        self.input_cost = state.tokenizer.count(user_input) + self.ov if user_input else 0
+        excess = max(0, self.sys_cost - self.cfg.reserve_system)
+        self.layers_cap = self.cfg.available - excess - self.input_cost
+        if self.layers_cap < 0:
+            raise InputTooLarge(self.input_cost, self.cfg.available - excess)
+        self.b: LayerBudgets = self.cfg.budgets(self.layers_cap)
+        self.brief = f"{BRIEF_HEADER}{brief}" if brief else None
+        self.brief_tokens = count(self.brief) if self.brief else 0
+        self.summary_header = count(SUMMARY_HEADER)
+        self.pinned_header = count(PINNED_HEADER)
+        self.trims: list[Trim] = []
+        self.promoted: list[int] = []
+        self.notes: list[str] = []
+        self.omitted: set[int] = set()
+        self.merges = 0
+        self.batch: list[Entry] = []
+        self.pinned_overflow = 0
+        self.evicted = False
+
+    # -- costs -------------------------------------------------------------------------
+
+    def pinned_cost(self) -> int:
+        items = 0
+        total = 0
+        if self.brief:
+            items += 1
+            total += self.brief_tokens + 1
+        for e in self.st.pinned:
+            if e.tag not in self.omitted:
+                items += 1
+                total += e.shown_tokens + 1
+        for tag, record in self.st.records.items():
+            if tag not in self.omitted and self.st.entries[tag - 1].layer != "pinned":
+                items += 1
+                total += record.tokens + 1
+        return total + self.ov + self.pinned_header if items else 0
+
+    def summary_cost(self) -> int:
+        if not self.st.summaries:
+            return 0
+        return self.ov + self.summary_header + self.st.summary_tokens
+
+    # -- the plan ----------------------------------------------------------------------
+
+    def execute(self) -> Composition:
+        self._rebuild()
+        self._expire()
+        while self.pinned_cost() > self.b.pinned and self._demote_one():
+            self._rebuild()
+        self._fit()
+        if self.evicted:
+            self.st.rolling = [e for e in self.st.rolling if e.layer == "rolling"]
+        self.pinned_overflow = max(0, self.pinned_cost() - self.b.pinned)
+        return render(self)
+
+    def _rebuild(self) -> None:
+        """(Re)compute the visible rolling messages, their cost and the protected units.
+
+        Linear in the rolling layer but only attribute reads: units are looked up in the
+        state's unit index and candidates are taken lazily from the oldest end.
+        """
+        kinds = self.mode.kinds
+        rolling = self.st.rolling
+        if len(kinds) == len(MESSAGE_KINDS):
+            self.visible = [e for e in rolling if e.layer == "rolling"] if self.evicted else list(rolling)
+        else:
+            self.visible = [e for e in rolling if e.layer == "rolling" and e.kind in kinds]
+        self.rolling_cost = sum([e.shown_tokens for e in self.visible]) + self.ov * len(self.visible)
+        self.protected = protected_units(self.visible, self.cfg.protected_recent)
+        self.newest = self.visible[-1].tag if self.visible else 0
+        self.candidates = self._candidates()
+        self.window: list[int] = []
+        self.values: dict[int, float] = {}
+
+    def _candidates(self) -> Iterator[int]:
+        """Unprotected units in rolling, oldest first, each once."""
+        seen: set[int] = set()
+        for e in self.visible:
+            unit = e.unit
+            if unit in seen or unit in self.protected or e.layer != "rolling":
+                continue
+            seen.add(unit)
+            yield unit
+
+    def _members(self, unit: int) -> list[Entry]:
+        kinds = self.mode.kinds
+        return [e for e in self.st.members(unit) if e.layer == "rolling" and e.kind in kinds]
+
+    def _expire(self) -> None:
+        if not self.st.ttl_tags:
+            return
+        due: list[int] = []
+        for tag in sorted(self.st.ttl_tags):
+            e = self.st.entries[tag - 1]
+            if e.layer not in ("rolling", "pinned"):
+                self.st.ttl_tags.discard(tag)
+            elif e.expired(self.now):
+                if e.layer == "pinned":
+                    self.st.demote(e)
+                    self._trim(e, "expired", "pinned", "rolling", e.shown_tokens)
+                    self._rebuild()
+                if e.kind in self.mode.kinds and e.unit not in self.protected and e.unit not in due:
+                    due.append(e.unit)
+        for unit in due:
+            self._evict(self._members(unit), "expired")
+        self._flush_batch()
+
+    def _fit(self) -> None:
+        while True:
+            over = self.pinned_cost() + self.summary_cost() + self.rolling_cost - self.layers_cap
+            if over <= 0:
+                return
+            if self._evict_by_value(over):
+                self._flush_batch()
+            elif self.st.summaries:
+                self._drop_summary(0)
+            elif self._demote_one():
+                self._rebuild()
+            elif self._evict_protected():
+                self._note("the protected recent window alone is over budget; evicting inside it")
+                self._flush_batch()
+            elif self._omit_newest_hard():
+                self._note("hard constraints alone exceed the budget; the newest are left out of this prompt")
+            elif self.brief:
+                self._cut_brief(over)
+            else:
+                return
+
+    def _evict_by_value(self, over: int) -> int:
+        """Evict the least valuable unprotected units until `over` tokens are freed.
+
+        Only the oldest `eviction_scan` units are weighed against each other: age is part
+        of value anyway, and it keeps each pick cheap on long histories.
+        """
+        freed = 0
+        scan = self.cfg.eviction_scan
+        window = self.window
+        while freed < over:
+            while len(window) < scan:
+                unit = next(self.candidates, None)
+                if unit is None:
+                    break
+                window.append(unit)
+            if not window:
+                break
+            unit = min(window, key=self._unit_value)
+            window.remove(unit)
+            freed += self._evict(self._members(unit), "low_value")
+        return freed
+
+    def _unit_value(self, unit: int) -> tuple[float, int]:
+        value = self.values.get(unit)
+        if value is None:
+            members = self._members(unit)
+            value = max((eviction_value(e, self.newest) for e in members), default=0.0)
+            self.values[unit] = value
+        return (value, unit)
+
+    def _evict_protected(self) -> bool:
+        """Evict the oldest protected unit (only when nothing else is left to give)."""
+        for e in self.visible:
+            if e.layer == "rolling" and e.unit in self.protected:
+                self._evict(self._members(e.unit), "over_budget")
+                return True
+        return False
+
+    def _evict(self, members: list[Entry], reason: TrimReason) -> int:
+        freed = 0
+        for e in members:
+            cost = e.shown_tokens + self.ov
+            freed += cost
+            expired = e.expired(self.now)
+            if (
+                e.state == "dropped"
+                or e.kind == "synthetic"
+                or (expired and e.kind in LOW_VALUE_KINDS and e.importance < 0.5)
+            ):
+                e.layer, destination = "gone", "dropped"
+            else:
+                e.layer, destination = "summary", "summary"
+                self.batch.append(e)
+            self.st.touch(e)
+            self._trim(e, "expired" if expired else reason, "rolling", destination, e.shown_tokens)
+        self.rolling_cost -= freed
+        self.evicted = True
+        return freed
+
+    def _flush_batch(self) -> None:
+        """Summarize what was just evicted, promote constraints found in it, fit the summary."""
+        if not self.batch:
+            return
+        batch, self.batch = self.batch, []
+        text = self.summarizer.summarize([e.to_message() for e in batch])
+        if text.strip():
+            self.st.add_summary(batch[0].tag, batch[-1].tag, text)
+        for e in batch:
+            if _may_bind(e) and e.tag not in self.st.records and has_constraint(e.content):
+                if self.st.record_constraints(e) is not None:
+                    self.promoted.append(e.tag)
+                    logger.info(
+                        "context promote §%s§ constraint to pinned",
+                        e.tag,
+                        extra={"event": "promote", "domain": self.domain, "msg_id": e.id, "tag": e.tag},
+                    )
+        self._fit_summary()
+
+    def _fit_summary(self) -> None:
+        """Merge the oldest summary entries until the layer is under its cap."""
+        st = self.st
+        while st.summaries and self.summary_cost() > self.b.summary:
+            if len(st.summaries) >= 2:
+                first, second = st.summaries[0], st.summaries[1]
+                target = max(_MIN_SUMMARY_TARGET, min((first.tokens + second.tokens) * 2 // 3, _MERGED_MAX))
+                text = self.summarizer.merge([first.text, second.text], target)
+                tokens = self.count_once(text)
+                if not text.strip() or tokens >= first.tokens + second.tokens:
+                    self._drop_summary(0)
+                    continue
+                st.update_summary(first, text, tokens, second.last_tag)
+                st.remove_summary(1)
+            else:
+                only = st.summaries[0]
+                target = self.b.summary - self.ov - self.summary_header - 1
+                text = self.summarizer.merge([only.text], target) if target >= _MIN_SUMMARY_TARGET else ""
+                tokens = self.count_once(text) if text.strip() else 0
+                if not tokens or tokens > target:
+                    self._drop_summary(0)
+                    continue
+                st.update_summary(only, text, tokens, only.last_tag)
+            self.merges += 1
+
+    def count_once(self, text: str) -> int:
+        return self.st.tokenizer.count(text)
+
+    def _drop_summary(self, index: int) -> None:
+        entry = self.st.remove_summary(index)
+        trim = Trim(None, f"summary-{entry.id}", "over_budget", "summary", "archive", entry.tokens)
+        self.trims.append(trim)
+        log_trim(self.domain, trim)
+
+    def _demote_one(self) -> bool:
+        """Demote the oldest soft pin, else cut the oldest long hard pin to its constraints."""
+        st = self.st
+        for e in st.pinned:
+            if e.pin == "soft":
+                st.demote(e)
+                self._trim(e, "over_budget", "pinned", "rolling", e.shown_tokens)
+                return True
+        for e in st.pinned:
+            if e.tag in self.omitted:
+                continue
+            record = st.record_constraints(e, compact=True)
+            if record is not None and record.tokens < e.shown_tokens:
+                st.demote(e)
+                self._trim(e, "over_budget", "pinned", "rolling", e.shown_tokens)
+                return True
+        return False
+
+    def _omit_newest_hard(self) -> bool:
+        shown = [e.tag for e in self.st.pinned if e.tag not in self.omitted]
+        shown += [
+            tag
+            for tag in self.st.records
+            if tag not in self.omitted and self.st.entries[tag - 1].layer != "pinned"
+        ]
+        if not shown:
+            return False
+        newest = max(shown)
+        self.omitted.add(newest)
+        logger.warning(
+            "context: hard constraint §%s§ left out: hard constraints alone exceed the budget",
+            newest,
+            extra={"event": "hard_omitted", "domain": self.domain, "tag": newest},
+        )
+        return True
+
+    def _cut_brief(self, over: int) -> None:
+        assert self.brief is not None
+        lines = self.brief.splitlines()
+        allowed = self.brief_tokens - over
+        best: tuple[str, int] | None = None
+        low, high = 1, len(lines) - 1
+        while low <= high:
+            keep = (low + high) // 2
+            text = "\n".join(lines[:keep]) + f"\n[brief cut: {len(lines) - keep} lines left out]"
+            tokens = self.count_once(text)
+            if tokens <= allowed:
+                best, low = (text, tokens), keep + 1
+            else:
+                high = keep - 1
+        self.brief, self.brief_tokens = best if best else (None, 0)
+        self._note("the shared brief was cut to fit the budget")
+
+    def _trim(self, e: Entry, reason: TrimReason, source: str, destination: str, tokens: int) -> None:
+        trim = Trim(e.tag, e.id, reason, source, destination, tokens)
+        self.trims.append(trim)
+        log_trim(self.domain, trim)
+
+    def _note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)

@@ -1,0 +1,125 @@
+"""Settings of the local context engine, with named defaults and checked ranges."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from agents.context._errors import InvalidConfig
+from agents.context._tokens import DEFAULT_ENCODING
+
+__all__ = [
+    "ContextConfig",
+    "LayerBudgets",
+    "DEFAULT_WINDOW",
+    "DEFAULT_RESERVE_SYSTEM",
+    "DEFAULT_RESERVE_OUTPUT",
+    "DEFAULT_SPLIT",
+    "DEFAULT_ARCHIVE_THRESHOLD",
+]
+
+DEFAULT_WINDOW = 128_000
+DEFAULT_RESERVE_SYSTEM = 1_024
+"""Room kept for the mode's system prompt; a longer prompt eats into the layers."""
+DEFAULT_RESERVE_OUTPUT = 2_048
+"""Room kept for the model's answer; never used by the prompt."""
+DEFAULT_SPLIT = (1, 3, 2)
+"""pinned : rolling : summary."""
+DEFAULT_ARCHIVE_THRESHOLD = 1_000
+"""Tool output above this many tokens is archived and shown compact."""
+MIN_LAYER_ROOM = 64
+"""Smallest window left after reserves that we accept: below it nothing useful fits."""
+
+
+class LayerBudgets(NamedTuple):
+    """Token caps of the three layers for one compose."""
+
+    pinned: int
+    rolling: int
+    summary: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ContextConfig:
+    """How big the window is and how the engine shares it out.
+
+    All values are checked on construction so a bad setting fails where it is made, not
+    at the first compose.
+
+    :raises InvalidConfig: naming the field and the value that is out of range.
+    """
+
+    window: int = DEFAULT_WINDOW
+    """The model's context window in tokens."""
+    reserve_system: int = DEFAULT_RESERVE_SYSTEM
+    """Tokens kept for the system prompt (mode template + output constraint)."""
+    reserve_output: int = DEFAULT_RESERVE_OUTPUT
+    """Tokens kept for the model's answer."""
+    split: tuple[int, int, int] = DEFAULT_SPLIT
+    """Weights pinned:rolling:summary. Pinned and summary are capped at their share; rolling
+    gets its share plus whatever the other two leave unused."""
+    protected_recent: int = 6
+    """The newest messages of rolling that eviction never touches (widened to whole tool
+    call/result units). Yields only when it alone is over budget."""
+    archive_threshold: int = DEFAULT_ARCHIVE_THRESHOLD
+    """Tool output larger than this is archived and shown in compact form."""
+    encoding: str = DEFAULT_ENCODING
+    """`cl100k_base` or a path to a `.tiktoken` BPE file."""
+    encoding_pattern: str | None = None
+    """Split pattern, required when `encoding` is a file path."""
+    message_overhead: int = 4
+    """Tokens a chat API adds around each message (role, separators)."""
+    constraint_whole_max: int = 160
+    """A constraint message up to this size is pinned whole; longer ones give their
+    constraint sentences only, so a long task text does not crowd out the pinned layer."""
+    eviction_scan: int = 32
+    """How many of the oldest rolling units are weighed against each other per eviction;
+    bounds compose time on long histories."""
+    compact_lines: int = 5
+    """Head and tail lines shown in the compact form of archived output."""
+    compact_line_chars: int = 200
+    """Longer lines in a compact form are clipped (the archive keeps them whole)."""
+    compact_error_lines: int = 5
+    """Error lines quoted in a compact form."""
+
+    def __post_init__(self) -> None:
+        _at_least("window", self.window, 1)
+        _at_least("reserve_system", self.reserve_system, 0)
+        _at_least("reserve_output", self.reserve_output, 0)
+        _at_least("protected_recent", self.protected_recent, 0)
+        _at_least("archive_threshold", self.archive_threshold, 1)
+        _at_least("message_overhead", self.message_overhead, 0)
+        _at_least("constraint_whole_max", self.constraint_whole_max, 1)
+        _at_least("eviction_scan", self.eviction_scan, 1)
+        _at_least("compact_lines", self.compact_lines, 0)
+        _at_least("compact_line_chars", self.compact_line_chars, 16)
+        _at_least("compact_error_lines", self.compact_error_lines, 0)
+        if len(self.split) != 3 or any(not isinstance(w, int) or w < 0 for w in self.split):
+            raise InvalidConfig(f"split must be three weights >= 0 (pinned, rolling, summary), got {self.split!r}")
+        if self.split[1] == 0 or sum(self.split) == 0:
+            raise InvalidConfig(f"split must give rolling a weight > 0, got {self.split!r}")
+        room = self.window - self.reserve_system - self.reserve_output
+        if room < MIN_LAYER_ROOM:
+            raise InvalidConfig(
+                f"reserves (system {self.reserve_system:,} + output {self.reserve_output:,}) leave "
+                f"{room:,} tokens of window {self.window:,}; at least {MIN_LAYER_ROOM} are needed"
+            )
+
+    @property
+    def available(self) -> int:
+        """Tokens for the layers and the user input: window minus both reserves."""
+        return self.window - self.reserve_system - self.reserve_output
+
+    def budgets(self, room: int) -> LayerBudgets:
+        """Split `room` tokens among the layers by `split` (rounding down)."""
+        total = sum(self.split)
+        pinned = room * self.split[0] // total
+        summary = room * self.split[2] // total
+        return LayerBudgets(pinned=pinned, rolling=room - pinned - summary, summary=summary)
+
+
+def _at_least(name: str, value: object, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidConfig(f"{name} must be an integer, got {value!r}")
+    if value < low:
+        raise InvalidConfig(f"{name} must be >= {low}, got {value!r}")

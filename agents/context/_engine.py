@@ -1,0 +1,457 @@
+"""`LocalContext`: one agent's three-layer context, persisted in its own SQLite file."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from agents.context._archive import SearchHit, read_lines
+from agents.context._compose import compose, protected_units
+from agents.context._config import ContextConfig
+from agents.context._errors import ContextClosed, DomainMismatch, InvalidMessage, UnknownMode, UnknownReference
+from agents.context._modes import ModeDescriptor, lookup_mode, resolve_modes
+from agents.context._records import ConstraintRecord, Entry, SummaryEntry
+from agents.context._report import Composition, LayerView, TailItem, logger
+from agents.context._state import ContextState
+from agents.context._store import Store
+from agents.context._summary import ExtractiveSummarizer, Summarizer
+from agents.context._tokens import Tokenizer
+from schemas import Domain
+from schemas._message import Message
+
+__all__ = ["LocalContext"]
+
+_REF = re.compile(r"^\s*§?(\d+)§?\s*$")
+_COUNT_CACHE_SIZE = 32
+
+
+class LocalContext:
+    """The context of one agent: pinned, rolling and summary layers under a token budget.
+
+    Pure and synchronous; its only I/O is its SQLite file. Changes are written in one
+    transaction at every `compose` (unless `autoflush` is off), `drop`, mode switch,
+    `search`, `flush` and `close`; that is the durability point. Not thread-safe: use it
+    from one thread (or task) at a time.
+
+    :param path: the agent's SQLite file (created if missing).
+    :param domain: the `user/session/task` this context belongs to.
+    :param config: window, reserves and thresholds; the store keeps no copy, so pass the
+        same one on reopen to get the same composes.
+    :param tokenizer: a loaded `Tokenizer`; by default `config.encoding` is loaded.
+    :param summarizer: writes the summary layer; `ExtractiveSummarizer` by default.
+    :param modes: extra modes, by name, on top of chat / task / knowledge.
+    :param mode: the mode to start in when the store is new.
+    :param clock: seconds since the epoch; injectable for ttl tests.
+    :param autoflush: write changes at the end of every `compose`. Turn it off to take
+        the disk write (and SQLite's occasional WAL checkpoint, an fsync) off the path to
+        the model: compose, start the model call, then `flush()` while it runs.
+    :raises DomainMismatch: if the file belongs to another domain.
+    :raises InvalidConfig, EncodingNotFound, UnknownMode: for unusable settings.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        domain: Domain | str,
+        *,
+        config: ContextConfig | None = None,
+        tokenizer: Tokenizer | None = None,
+        summarizer: Summarizer | None = None,
+        modes: Iterable[ModeDescriptor] | None = None,
+        mode: str = "task",
+        clock: Callable[[], float] = time.time,
+        autoflush: bool = True,
+    ) -> None:
+        self._domain = domain if isinstance(domain, Domain) else Domain.parse(domain)
+        self._key = str(self._domain)
+        self.config = config or ContextConfig()
+        self.tokenizer = tokenizer or Tokenizer.load(self.config.encoding, pattern=self.config.encoding_pattern)
+        self.summarizer: Summarizer = summarizer or ExtractiveSummarizer()
+        self._modes = resolve_modes(modes)
+        self._clock = clock
+        self._autoflush = autoflush
+        self._counts: dict[str, int] = {}
+        self._last: Composition | None = None
+        self._state = ContextState(self.config, self.tokenizer)
+        self._store = Store(path, self._key)
+        meta = self._store.meta()
+        self._mode = lookup_mode(self._modes, meta.get("mode", mode))
+        self._state.load(
+            self._store.load_entries(self._key),
+            self._store.load_summaries(self._key),
+            self._store.load_constraints(self._key),
+            int(meta.get("next_summary", "1")),
+        )
+        self._closed = False
+
+    # -- properties --------------------------------------------------------------------
+
+    @property
+    def domain(self) -> Domain:
+        """The domain this context (and its store) is bound to."""
+        return self._domain
+
+    @property
+    def mode(self) -> ModeDescriptor:
+        """The current mode."""
+        return self._mode
+
+    @property
+    def next_tag(self) -> int:
+        """The tag the next message will get; never goes back, survives reopen."""
+        return self._state.next_tag
+
+    @property
+    def path(self) -> str:
+        """The SQLite file."""
+        return self._store.path
+
+    def __repr__(self) -> str:
+        st = self._state
+        st.classify_pending()  # finishing ingest; idempotent
+        return (
+            f"<LocalContext {self._key} mode={self._mode.name} messages={len(st.entries)} "
+            f"pinned={len(st.pinned)} rolling={len(st.rolling)} summaries={len(st.summaries)}>"
+        )
+
+    # -- ingest ------------------------------------------------------------------------
+
+    def add(
+        self,
+        role: str,
+        content: str,
+        *,
+        kind: str | None = None,
+        tool_name: str | None = None,
+        call_id: str | None = None,
+        importance: float | None = None,
+        ttl: float | None = None,
+        created_at: float | None = None,
+    ) -> int:
+        """Record a message and return its tag; it is counted once, here.
+
+        `kind` defaults from the role (tool -> tool_result, assistant with a tool name or
+        call id -> tool_call, else chat). `importance` defaults by role and kind; system
+        text and the first user message (the goal) are pinned. User and system messages
+        that state a constraint are pinned (short ones whole, long ones by their
+        constraint sentences). Tool output over `archive_threshold` is archived.
+
+        Returns the tag rather than the `Message` because ingest is the hot path; get the
+        full model with `message(tag)`.
+
+        :raises InvalidMessage: for an unknown role or kind, or an out-of-range value.
+        """
+        self._check_open()
+        entry = self._state.add(
+            role,
+            content,
+            kind=kind,
+            tool_name=tool_name,
+            call_id=call_id,
+            importance=importance,
+            ttl=ttl,
+            created_at=self._clock() if created_at is None else created_at,
+        )
+        return entry.tag
+
+    def extend(self, messages: Iterable[Mapping[str, Any]]) -> list[int]:
+        """`add` each mapping (keys as `add`'s parameters) and return their tags."""
+        out: list[int] = []
+        for item in messages:
+            fields = dict(item)
+            try:
+                role, content = fields.pop("role"), fields.pop("content")
+            except KeyError as exc:
+                raise InvalidMessage(f"message {item!r} has no {exc.args[0]!r}") from None
+            out.append(self.add(role, content, **fields))
+        return out
+
+    def message(self, ref: int | str) -> Message:
+        """The stored message with a tag (`12`, `"§12§"`) or id, as it is now.
+
+        :raises UnknownReference: if no message has that tag or id.
+        """
+        return self._resolve(ref).to_message()
+
+    def messages(self) -> list[Message]:
+        """Every message of this agent, oldest first (whatever layer it is in)."""
+        return [e.to_message() for e in self._state.entries]
+
+    # -- compose / inspect -------------------------------------------------------------
+
+    def compose(self, user_input: str = "", brief: str | None = None) -> Composition:
+        """The prompt for the next model call, and a report of what was trimmed and why.
+
+        Messages come in the order system (+ output constraint), summary, pinned (+ the
+        brief block), rolling, then `user_input`. The total never exceeds
+        `window - reserve_output`. `user_input` is not recorded: `add` it once the turn is
+        taken, so a retried compose does not repeat it.
+
+        :raises InputTooLarge: if `user_input` alone does not fit.
+        """
+        self._check_open()
+        self._state.classify_pending()
+        result = compose(
+            self._state,
+            self.summarizer,
+            self._mode,
+            user_input,
+            brief,
+            now=self._clock(),
+            domain=self._key,
+            count=self._count_cached,
+        )
+        self._last = result
+        if self._autoflush:
+            self.flush()
+        return result
+
+    def inspect(self) -> tuple[LayerView, ...]:
+        """Exactly what the model saw at the last compose, layer by layer with token counts.
+
+        With no compose since open, composes with no user input first.
+        """
+        if self._last is None:
+            self.compose()
+        assert self._last is not None
+        return self._last.layers
+
+    # -- archive ------------------------------------------------------------------------
+
+    def read(self, ref: int | str, *, lines: tuple[int, int] | None = None, query: str | None = None) -> str:
+        """The full text of a message (archived, evicted or dropped: nothing is lost).
+
+        :param ref: a tag (`12`, `"§12§"`) or a message id.
+        :param lines: a 1-based inclusive line range, returned with line numbers.
+        :param query: return only the numbered lines containing any of its words.
+        :raises UnknownReference: if no message has that tag or id.
+        """
+        self._check_open()
+        entry = self._resolve(ref)
+        entry.refs += 1
+        self._state.touch(entry)
+        return read_lines(entry.content, lines=lines, query=query)
+
+    def search(self, query: str, limit: int = 5) -> list[SearchHit]:
+        """BM25-ranked compact hits over every message of this agent (SQLite FTS5).
+
+        :raises UsageError: if the query has no words or `limit` < 1.
+        """
+        self._check_open()
+        self.flush()
+        hits = self._store.search(self._key, query, limit)
+        for hit in hits:
+            entry = self._state.entry(hit.tag)
+            if entry is not None:
+                entry.refs += 1
+                self._state.touch(entry)
+        return hits
+
+    # -- tail hygiene hooks (nudges) ------------------------------------------------------
+
+    def tail(self) -> list[TailItem]:
+        """The rendered rolling tail, oldest first, with what tail hygiene needs."""
+        self._state.classify_pending()
+        visible = [e for e in self._state.rolling if e.kind in self._mode.kinds]
+        protected = protected_units(visible, self.config.protected_recent)
+        return [
+            TailItem(e.tag, e.id, e.role, e.kind, e.tool_name, e.shown_tokens, e.state, e.unit in protected)
+            for e in visible
+        ]
+
+    def drop(self, tags: Iterable[int]) -> list[int]:
+        """Replace rolling messages by a `[dropped §N§]` placeholder (`ctx_reduce`).
+
+        The full text stays readable and searchable. Messages not in rolling or already
+        dropped are skipped; the tags actually dropped are returned. Protection policy is
+        the caller's: this drops what it is told to.
+
+        :raises UnknownReference: if a tag names no message (nothing is dropped then).
+        """
+        self._check_open()
+        entries = [self._resolve(tag) for tag in tags]
+        done: list[int] = []
+        for e in entries:
+            if e.layer != "rolling" or e.state == "dropped":
+                continue
+            e.state = "dropped"
+            placeholder = f"[dropped §{e.tag}§]"
+            e.set_compact(placeholder, self.tokenizer.count(placeholder))
+            self._state.touch(e)
+            done.append(e.tag)
+            logger.info(
+                "context drop §%s§",
+                e.tag,
+                extra={"event": "drop", "domain": self._key, "msg_id": e.id, "tag": e.tag},
+            )
+        self.flush()
+        return done
+
+    # -- modes ----------------------------------------------------------------------------
+
+    def switch_mode(self, name: str) -> int:
+        """Snapshot the layers, then switch to mode `name`; returns the snapshot id.
+
+        :raises UnknownMode: if no mode has that name.
+        """
+        self._check_open()
+        new = lookup_mode(self._modes, name)
+        self.flush()
+        snapshot = self._store.save_snapshot(self._key, self._clock(), self._snapshot())
+        logger.info(
+            "context mode %s -> %s (snapshot %s)",
+            self._mode.name,
+            new.name,
+            snapshot,
+            extra={"event": "mode_switch", "domain": self._key, "from": self._mode.name, "to": new.name,
+                   "snapshot": snapshot},
+        )
+        self._mode = new
+        self._last = None
+        self._store.write_meta({"mode": new.name})
+        return snapshot
+
+    def restore(self, snapshot: int | None = None) -> str:
+        """Bring back the layers and mode of a snapshot (the newest if None); returns the mode.
+
+        Messages added since the snapshot stay (in rolling); constraints found since stay
+        pinned; drops stay dropped. The snapshot is consumed.
+
+        :raises UnknownMode: if there is no such snapshot.
+        """
+        self._check_open()
+        self.flush()
+        payload = self._store.pop_snapshot(self._key, snapshot)
+        if payload is None:
+            raise UnknownMode(f"no snapshot {snapshot!r} to restore" if snapshot else "no snapshot to restore")
+        mode = lookup_mode(self._modes, payload["mode"])
+        st = self._state
+        max_tag = int(payload["max_tag"])
+        placed = {int(tag): (layer, pin) for tag, layer, pin in payload["layers"]}
+        for e in st.entries:
+            layer, pin = placed.get(e.tag, ("rolling", "")) if e.tag <= max_tag else (e.layer, e.pin)
+            if e.tag > max_tag and layer == "summary":
+                layer = "rolling"
+            if (layer, pin) != (e.layer, e.pin):
+                e.layer, e.pin = layer, pin
+                st.touch(e)
+        st.rolling = [e for e in st.entries if e.layer == "rolling"]
+        st.pinned = [e for e in st.entries if e.layer == "pinned"]
+        st.replace_summaries([SummaryEntry(*row) for row in payload["summaries"]])
+        kept = {tag: r for tag, r in st.records.items() if tag > max_tag}
+        st.records = {row[0]: ConstraintRecord(*row) for row in payload["records"]} | kept
+        st.records_dirty = True
+        logger.info(
+            "context restore snapshot -> mode %s",
+            mode.name,
+            extra={"event": "mode_restore", "domain": self._key, "from": self._mode.name, "to": mode.name},
+        )
+        self._mode = mode
+        self._last = None
+        self.flush()
+        self._store.write_meta({"mode": mode.name})
+        return mode.name
+
+    def snapshots(self) -> list[int]:
+        """Ids of the snapshots that can be restored, oldest first."""
+        return self._store.snapshot_ids(self._key)
+
+    # -- small persistent state for other components (e.g. nudges) ----------------------
+
+    def get_state(self, key: str) -> str | None:
+        """A value another component stored with `set_state` (survives restarts)."""
+        return self._store.meta().get(f"state:{key}")
+
+    def set_state(self, key: str, value: str) -> None:
+        """Store a small string value durably, now."""
+        self._check_open()
+        self._store.write_meta({f"state:{key}": value})
+
+    # -- persistence ----------------------------------------------------------------------
+
+    def load_domain(self, domain: Domain | str) -> list[Message]:
+        """All messages of `domain` from the store.
+
+        :raises DomainMismatch: unless `domain` is the one this store is bound to.
+        """
+        key = str(domain if isinstance(domain, Domain) else Domain.parse(domain))
+        if key != self._key:
+            raise DomainMismatch(self._key, key)
+        self.flush()
+        return [e.to_message() for e in self._store.load_entries(key)]
+
+    def flush(self) -> None:
+        """Write every change since the last flush in one transaction."""
+        self._check_open()
+        st = self._state
+        new, changed = st.drain()
+        if not (new or changed or st.summary_changes or st.summaries_reset or st.records_dirty):
+            return
+        self._store.save(
+            self._key,
+            new=new,
+            changed=changed,
+            summaries=st.summary_changes,
+            all_summaries=st.summaries if st.summaries_reset else None,
+            constraints=sorted(st.records.values(), key=lambda r: r.source_tag) if st.records_dirty else None,
+            meta={"next_summary": str(st.next_summary_id)},
+        )
+        st.summary_changes = {}
+        st.summaries_reset = st.records_dirty = False
+
+    def close(self) -> None:
+        """Flush and close the file. Idempotent."""
+        if self._closed:
+            return
+        self.flush()
+        self._store.close()
+        self._closed = True
+
+    def __enter__(self) -> LocalContext:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _snapshot(self) -> dict[str, Any]:
+        st = self._state
+        return {
+            "mode": self._mode.name,
+            "max_tag": len(st.entries),
+            "layers": [[e.tag, e.layer, e.pin] for e in st.entries if e.layer != "rolling" or e.pin],
+            "summaries": [[s.id, s.first_tag, s.last_tag, s.text, s.tokens] for s in st.summaries],
+            "records": [[r.source_tag, r.text, r.tokens] for r in st.records.values()],
+        }
+
+    def _resolve(self, ref: int | str) -> Entry:
+        entry: Entry | None = None
+        if isinstance(ref, int) and not isinstance(ref, bool):
+            entry = self._state.entry(ref)
+        elif isinstance(ref, str):
+            match = _REF.match(ref)
+            if match:
+                entry = self._state.entry(int(match.group(1)))
+            elif "-" in ref:
+                tag = ref.rsplit("-", 1)[1]
+                found = self._state.entry(int(tag)) if tag.isdigit() else None
+                entry = found if found is not None and found.id == ref else None
+        if entry is None:
+            raise UnknownReference(f"no message with tag or id {ref!r} (tags run 1..{len(self._state.entries)})")
+        return entry
+
+    def _count_cached(self, text: str) -> int:
+        tokens = self._counts.get(text)
+        if tokens is None:
+            if len(self._counts) >= _COUNT_CACHE_SIZE:
+                self._counts.pop(next(iter(self._counts)))
+            tokens = self._counts[text] = self.tokenizer.count(text)
+        return tokens
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ContextClosed(f"this LocalContext ({self._key}) is closed")

@@ -1,0 +1,168 @@
+"""What compose, inspect and tail hand back, and how trims are logged."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from agents.context._config import LayerBudgets
+
+__all__ = [
+    "ComposeReport",
+    "Composition",
+    "LayerItem",
+    "LayerView",
+    "TailItem",
+    "Trim",
+    "TrimReason",
+    "log_trim",
+    "logger",
+]
+
+logger = logging.getLogger("agents.context")
+"""Every trim, promotion, mode switch and compose is logged here with structured extras."""
+
+TrimReason = Literal["expired", "low_value", "over_budget"]
+"""Why something left a layer: its ttl ran out, it was the least valuable, or the layer
+(or the whole prompt) was over budget."""
+
+
+@dataclass(frozen=True, slots=True)
+class Trim:
+    """One thing that left a layer during a compose."""
+
+    tag: int | None
+    """The message tag, or None for a summary entry."""
+    id: str
+    """Message id, or `summary-<n>` for a summary entry."""
+    reason: TrimReason
+    """Why it was trimmed."""
+    source: str
+    """Layer it left: pinned, rolling or summary."""
+    destination: str
+    """Where it went: rolling (demoted), summary, pinned (constraint kept), dropped, or
+    archive (out of the prompt, still readable and searchable)."""
+    tokens: int
+    """Prompt tokens it took before the trim."""
+
+
+@dataclass(frozen=True, slots=True)
+class LayerItem:
+    """One item of a layer as the model sees it."""
+
+    tag: int | None
+    """Message tag, or None for the brief block and summary entries."""
+    kind: str
+    """Message kind, or `brief`, `constraint`, `summary`, `system`, `input`."""
+    text: str
+    """The exact text shown."""
+    tokens: int
+    """Tokens this item costs in its layer (cached count plus join margin)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LayerView:
+    """One layer of a composed prompt."""
+
+    name: str
+    """system, summary, pinned, rolling or input."""
+    budget: int
+    """The layer's cap for this compose (for system and input: their own size)."""
+    tokens: int
+    """What the layer costs, message overheads included."""
+    items: tuple[LayerItem, ...]
+    """Its contents in prompt order."""
+
+
+@dataclass(frozen=True, slots=True)
+class ComposeReport:
+    """Token accounting and trims of one compose."""
+
+    mode: str
+    """The mode composed in."""
+    budget: int
+    """Prompt budget: window minus the output reserve."""
+    total: int
+    """Tokens of the composed prompt; never above `budget`."""
+    layers: dict[str, int]
+    """Tokens per layer: system, summary, pinned, rolling, input."""
+    budgets: LayerBudgets
+    """Caps of pinned, rolling and summary for this compose."""
+    trims: tuple[Trim, ...]
+    """Everything trimmed, in order."""
+    promoted: tuple[int, ...]
+    """Tags whose constraints were found while summarizing and pinned."""
+    merges: int
+    """Summary entries merged to fit the summary cap."""
+    pinned_overflow: int
+    """Tokens hard constraints take beyond the pinned cap (borrowed from the others)."""
+    hard_omitted: tuple[int, ...]
+    """Source tags of hard constraints left out because they alone exceed the budget."""
+    notes: tuple[str, ...]
+    """Plain-language warnings (e.g. protected window over budget)."""
+
+
+class Composition:
+    """The messages to send, the report, and (on demand) the layer-by-layer view."""
+
+    __slots__ = ("messages", "report", "_views", "_layers")
+
+    def __init__(
+        self, messages: list[dict[str, str]], report: ComposeReport, views: Callable[[], tuple[LayerView, ...]]
+    ) -> None:
+        self.messages = messages
+        """OpenAI-style `{role, content}` messages (tool results also carry `tool_call_id`)."""
+        self.report = report
+        """Accounting and trims."""
+        self._views = views
+        self._layers: tuple[LayerView, ...] | None = None
+
+    @property
+    def layers(self) -> tuple[LayerView, ...]:
+        """Exactly what the model sees, layer by layer, in prompt order (built on first use)."""
+        if self._layers is None:
+            self._layers = self._views()
+        return self._layers
+
+    def __repr__(self) -> str:
+        return f"<Composition {len(self.messages)} messages, {self.report.total}/{self.report.budget} tokens>"
+
+
+@dataclass(frozen=True, slots=True)
+class TailItem:
+    """One message of the rendered rolling tail, for tail hygiene (nudges)."""
+
+    tag: int
+    id: str
+    role: str
+    kind: str
+    tool_name: str | None
+    tokens: int
+    """Tokens it costs now (compact or placeholder size if archived or dropped)."""
+    state: str
+    protected: bool
+    """Inside the protected recent window."""
+
+
+def log_trim(domain: str, trim: Trim) -> None:
+    """Log one trim with structured extras."""
+    logger.info(
+        "context trim %s §%s§ %s -> %s (%s)",
+        trim.id,
+        trim.tag,
+        trim.source,
+        trim.destination,
+        trim.reason,
+        extra={
+            "event": "trim",
+            "domain": domain,
+            "msg_id": trim.id,
+            "tag": trim.tag,
+            "reason": trim.reason,
+            "source_layer": trim.source,
+            "destination": trim.destination,
+            "tokens": trim.tokens,
+        },
+    )

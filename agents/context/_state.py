@@ -1,0 +1,402 @@
+"""The engine's in-memory state and the ingest path.
+
+Ingest is the hot path (every message of every turn), so it does one tokenization and
+a few dictionary operations: no SQLite write (changes are flushed in batches), no
+pydantic validation (arguments are checked by hand), regexes only on user and system
+text and on large tool output.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+
+from agents.context._archive import compact_form
+from agents.context._classify import constraint_text, has_constraint
+from agents.context._config import ContextConfig
+from agents.context._errors import InvalidMessage
+from agents.context._records import ConstraintRecord, Entry, SummaryEntry
+from agents.context._tokens import Tokenizer
+from schemas._message import MESSAGE_KINDS, MESSAGE_ROLES, content_hash
+
+__all__ = ["ContextState", "default_importance"]
+
+_TAG_REF = re.compile(r"§(\d+)§")
+_DEFAULT_IMPORTANCE = {
+    "conclusion": 0.7,
+    "task_state": 0.7,
+    "knowledge": 0.6,
+    "chat": 0.4,
+    "tool_call": 0.3,
+    "tool_result": 0.3,
+    "reasoning": 0.2,
+    "synthetic": 0.1,
+}
+_SUMMARY_FOLD_BELOW = 256
+"""New summary text joins the newest entry while their sum stays below this many tokens."""
+PIN_IMPORTANCE = 0.8
+"""Importance at or above which a message is pinned."""
+
+
+def default_importance(role: str, kind: str, *, first_user: bool) -> float:
+    """Importance when the caller gives none: system text and the goal are pinned."""
+    if role == "system":
+        return 0.9
+    if role == "user" and kind == "chat":
+        return PIN_IMPORTANCE if first_user else 0.5
+    return _DEFAULT_IMPORTANCE[kind]
+
+
+class ContextState:
+    """Messages, layers, summary entries and constraint records of one agent, in memory."""
+
+    def __init__(self, config: ContextConfig, tokenizer: Tokenizer) -> None:
+        self.config = config
+        self.tokenizer = tokenizer
+        self.entries: list[Entry] = []
+        """All messages; `entries[tag - 1]` is the message with that tag."""
+        self.rolling: list[Entry] = []
+        """Messages of the rolling layer, oldest first."""
+        self.pinned: list[Entry] = []
+        """Messages pinned whole, oldest first."""
+        self.records: dict[int, ConstraintRecord] = {}
+        """Constraint records by source tag."""
+        self.summaries: list[SummaryEntry] = []
+        self.summary_tokens = 0
+        """Sum over summary entries of tokens + 1 (the newline joining them), kept current."""
+        self.next_summary_id = 1
+        self.ttl_tags: set[int] = set()
+        """Tags of messages with a ttl: only these are checked for expiry."""
+        self.new: list[Entry] = []
+        self.unclassified: list[Entry] = []
+        """User and system messages not yet checked for constraints; see `classify_pending`."""
+        self.dirty: dict[int, Entry] = {}
+        self.summary_changes: dict[int, SummaryEntry | None] = {}
+        """Summary entries written (or, as None, removed) since the last flush, by id."""
+        self.summaries_reset = False
+        """Set when the whole summary layer was replaced (restore): rewrite it all."""
+        self.records_dirty = False
+        self.units: dict[int, list[Entry]] = {}
+        """Members of each tool call/result unit, by the unit's first tag (a message that
+        stands alone has no entry here: see `members`)."""
+        self._open_calls: dict[str, int] = {}
+        self._record_keys: dict[str, int] = {}
+        """Normalized constraint text -> the tag that stated it first (dedupes restatements)."""
+        self._has_user = False
+        self._pin_max = config.budgets(config.available).pinned
+        count = tokenizer.count
+        self._ascii_tag = count("§") == count("@") == 1 and count("§12§ x") == count("@12@ x")
+
+    @property
+    def next_tag(self) -> int:
+        """The tag the next message will get."""
+        return len(self.entries) + 1
+
+    def add(
+        self,
+        role: str,
+        content: str,
+        *,
+        kind: str | None,
+        tool_name: str | None,
+        call_id: str | None,
+        importance: float | None,
+        ttl: float | None,
+        created_at: float,
+    ) -> Entry:
+        """Record one message: count it once, archive it if large, pin it if it binds.
+
+        :raises InvalidMessage: naming the field and value that cannot be used.
+        """
+        kind = _check(role, content, kind, tool_name, call_id, importance, ttl)
+        tag = len(self.entries) + 1
+        if importance is None:
+            importance = default_importance(role, kind, first_user=not self._has_user)
+        tokens = self._count_rendered(tag, content)
+        entry = Entry(
+            tag, f"{content_hash(content)}-{tag}", role, kind, content, tool_name, call_id, float(importance),
+            None if ttl is None else float(ttl), created_at, tokens,
+        )
+        entry.shown_tokens = tokens
+        self._join_unit(entry)
+        if role == "user":
+            self._has_user = True
+        if kind == "tool_result" and entry.tokens > self.config.archive_threshold:
+            self._archive(entry)
+        elif role in ("user", "system") and kind not in ("tool_call", "tool_result"):
+            self.unclassified.append(entry)
+        elif entry.importance >= PIN_IMPORTANCE and kind not in ("tool_call", "tool_result"):
+            self._pin(entry, "soft")
+        if "§" in content:
+            self._count_refs(content, tag)
+        self.entries.append(entry)
+        self.new.append(entry)
+        if entry.layer == "rolling":
+            self.rolling.append(entry)
+        if ttl is not None:
+            self.ttl_tags.add(tag)
+        return entry
+
+    def _count_rendered(self, tag: int, content: str) -> int:
+        """Tokens of `§N§ content`, with one tokenizer call.
+
+        The non-ASCII `§` would make tiktoken re-encode the whole string to UTF-8 (an
+        ASCII string is handed over as is), costing a fifth of ingest speed. `@` splits
+        into the same pre-tokenizer pieces, so where both are one token (checked at
+        start) `@N@ content` has exactly the same count. Otherwise prefix and content
+        are counted apart, which can only over-count (the prefix's space stops merging
+        into the first word).
+        """
+        if self._ascii_tag:
+            return self.tokenizer.count(f"@{tag}@ {content}")
+        return self.tokenizer.count(content) + self.tokenizer.count(f"§{tag}§ ")
+
+    def load(
+        self, entries: list[Entry], summaries: list[SummaryEntry], records: list[ConstraintRecord], next_summary: int
+    ) -> None:
+        """Rebuild the in-memory state from stored rows."""
+        self.entries = entries
+        self.rolling = [e for e in entries if e.layer == "rolling"]
+        self.pinned = [e for e in entries if e.layer == "pinned"]
+        self.summaries = summaries
+        self.summary_tokens = sum(e.tokens + 1 for e in summaries)
+        self.records = {r.source_tag: r for r in records}
+        self._record_keys = {}
+        for e in entries:
+            if e.pin == "hard":
+                self._record_keys.setdefault(_key(e.content), e.tag)
+        for r in records:
+            self._record_keys.setdefault(_key(r.text.split("§ ", 1)[-1]), r.source_tag)
+        self.next_summary_id = next_summary
+        self.ttl_tags = {e.tag for e in entries if e.ttl is not None}
+        self._has_user = any(e.role == "user" for e in entries)
+        self.units = {}
+        for entry in entries:
+            self._join_unit(entry)
+
+    def entry(self, tag: int) -> Entry | None:
+        """The message with `tag`, if any."""
+        return self.entries[tag - 1] if 0 < tag <= len(self.entries) else None
+
+    def members(self, unit: int) -> list[Entry]:
+        """The messages of a unit, in order."""
+        return self.units.get(unit) or [self.entries[unit - 1]]
+
+    def touch(self, entry: Entry) -> None:
+        """Mark an entry as changed so the next flush writes it."""
+        self.dirty[entry.tag] = entry
+
+    def demote(self, entry: Entry) -> None:
+        """Move a pinned message into rolling, at its place in time."""
+        self.pinned.remove(entry)
+        entry.layer = "rolling"
+        entry.pin = ""
+        bisect.insort(self.rolling, entry, key=lambda e: e.tag)
+        self.touch(entry)
+
+    def record_constraints(self, entry: Entry, *, compact: bool = False) -> ConstraintRecord | None:
+        """Make (once) the constraint record of a message.
+
+        Short messages are recorded whole unless `compact`; long ones give their
+        constraint units. None if there is no constraint, or it repeats another
+        message's record word for word.
+        """
+        if entry.tag in self.records:
+            return self.records[entry.tag]
+        whole = not compact and entry.tokens <= self.config.constraint_whole_max
+        text = entry.content if whole else constraint_text(entry.content)
+        key = _key(text)
+        if not key or self._record_keys.get(key, entry.tag) != entry.tag:
+            return None
+        shown = f"§{entry.tag}§ {text}"
+        record = ConstraintRecord(entry.tag, shown, self.tokenizer.count(shown))
+        self.records[entry.tag] = record
+        self._record_keys[key] = entry.tag
+        self.records_dirty = True
+        return record
+
+    def add_summary(self, first_tag: int, last_tag: int, text: str) -> SummaryEntry:
+        """Append a summary entry, counted once.
+
+        A new entry is folded into the newest one while that is still small, so the layer
+        holds a few dozen entries rather than one per eviction. The folded size is the sum
+        of both counts plus one for the newline: a bound from above, with no recount.
+        """
+        tokens = self.tokenizer.count(text)
+        last = self.summaries[-1] if self.summaries else None
+        if last is not None and last.tokens + tokens < _SUMMARY_FOLD_BELOW:
+            last.text = f"{last.text}\n{text}"
+            last.tokens += tokens + 1
+            last.last_tag = max(last.last_tag, last_tag)
+            self.summary_tokens += tokens + 1
+            self.summary_changes[last.id] = last
+            return last
+        entry = SummaryEntry(self.next_summary_id, first_tag, last_tag, text, tokens)
+        self.next_summary_id += 1
+        self.summaries.append(entry)
+        self.summary_tokens += tokens + 1
+        self.summary_changes[entry.id] = entry
+        return entry
+
+    def update_summary(self, entry: SummaryEntry, text: str, tokens: int, last_tag: int) -> None:
+        """Replace an entry's text (after a merge)."""
+        self.summary_tokens += tokens - entry.tokens
+        entry.text, entry.tokens, entry.last_tag = text, tokens, last_tag
+        self.summary_changes[entry.id] = entry
+
+    def remove_summary(self, index: int) -> SummaryEntry:
+        """Take a summary entry out of the layer."""
+        entry = self.summaries.pop(index)
+        self.summary_tokens -= entry.tokens + 1
+        self.summary_changes[entry.id] = None
+        return entry
+
+    def replace_summaries(self, entries: list[SummaryEntry]) -> None:
+        """Swap the whole summary layer (on restore)."""
+        self.summaries = entries
+        self.summary_tokens = sum(e.tokens + 1 for e in entries)
+        self.summary_changes = {}
+        self.summaries_reset = True
+
+    def classify_pending(self) -> None:
+        """Pin the user and system messages added since the last call, if they bind.
+
+        Done in a batch before anything reads the layers (compose, tail, snapshots,
+        flush) rather than in `add`: the regexes cost more than tokenizing a short chat
+        message, and ingest is the hot path.
+        """
+        if not self.unclassified:
+            return
+        pending, self.unclassified = self.unclassified, []
+        for entry in pending:
+            if entry.layer == "rolling" and entry.state == "active":
+                self._classify(entry)
+        if any(entry.layer == "pinned" for entry in pending):
+            self.rolling = [e for e in self.rolling if e.layer == "rolling"]
+
+    def drain(self) -> tuple[list[Entry], list[Entry]]:
+        """Take the new and changed entries since the last flush."""
+        self.classify_pending()
+        new, self.new = self.new, []
+        new_tags = {e.tag for e in new}
+        changed = [e for tag, e in self.dirty.items() if tag not in new_tags]
+        self.dirty = {}
+        return new, changed
+
+    def _join_unit(self, entry: Entry) -> None:
+        """Tool calls open a unit; their results join it. Everything else stands alone."""
+        if not entry.unit:
+            entry.unit = self._unit_for(entry)
+        if entry.kind == "tool_call":
+            for cid in _split_ids(entry.call_id):
+                self._open_calls[cid] = entry.tag
+        if entry.kind == "tool_call" or entry.unit != entry.tag:
+            self.units.setdefault(entry.unit, []).append(entry)
+
+    def _unit_for(self, entry: Entry) -> int:
+        if entry.kind != "tool_result":
+            return entry.tag
+        ids = _split_ids(entry.call_id)
+        for cid in ids:
+            if cid in self._open_calls:
+                return self._open_calls[cid]
+        if not ids and self.entries and self.entries[-1].kind in ("tool_call", "tool_result"):
+            # Calls without ids (classic SWE-agent): the result answers the call before it.
+            return self.entries[-1].unit
+        return entry.tag
+
+    def _archive(self, entry: Entry) -> None:
+        cfg = self.config
+        entry.state = "archived"
+        compact = compact_form(
+            entry.tag,
+            entry.content,
+            tool_name=entry.tool_name,
+            tokens=entry.tokens,
+            lines=cfg.compact_lines,
+            line_chars=cfg.compact_line_chars,
+            error_lines=cfg.compact_error_lines,
+        )
+        entry.set_compact(compact, self.tokenizer.count(compact))
+
+    def _classify(self, entry: Entry) -> None:
+        if has_constraint(entry.content):
+            if entry.tokens <= self.config.constraint_whole_max:
+                key = _key(entry.content)
+                if key in self._record_keys:
+                    return  # a word-for-word restatement: the first one is pinned already
+                if self._pin(entry, "hard"):
+                    self._record_keys[key] = entry.tag
+                    return
+            self.record_constraints(entry)
+        if entry.importance >= PIN_IMPORTANCE:
+            self._pin(entry, "soft")
+
+    def _pin(self, entry: Entry, pin: str) -> bool:
+        if entry.tokens > self._pin_max:
+            return False
+        entry.layer = "pinned"
+        entry.pin = pin
+        self.pinned.append(entry)
+        return True
+
+    def _count_refs(self, content: str, tag: int) -> None:
+        for match in _TAG_REF.finditer(content):
+            target = self.entry(int(match.group(1)))
+            if target is not None and target.tag != tag:
+                target.refs += 1
+                self.touch(target)
+
+
+_ROLES = frozenset(MESSAGE_ROLES)
+_KINDS = frozenset(MESSAGE_KINDS)
+
+
+def _check(
+    role: str,
+    content: str,
+    kind: str | None,
+    tool_name: str | None,
+    call_id: str | None,
+    importance: float | None,
+    ttl: float | None,
+) -> str:
+    if not isinstance(role, str) or role not in _ROLES:
+        raise InvalidMessage(f"role {role!r} is not one of {', '.join(MESSAGE_ROLES)}")
+    if content.__class__ is not str and not isinstance(content, str):
+        raise InvalidMessage(f"content must be a string, got {type(content).__name__}")
+    if kind is None:
+        if role == "tool":
+            kind = "tool_result"
+        elif role == "assistant" and (tool_name or call_id):
+            kind = "tool_call"
+        else:
+            kind = "chat"
+    elif kind not in _KINDS:
+        raise InvalidMessage(f"kind {kind!r} is not one of {', '.join(MESSAGE_KINDS)}")
+    if (role == "tool") != (kind == "tool_result"):
+        raise InvalidMessage(f"kind {kind!r} does not fit role {role!r}: tool results and only they have role 'tool'")
+    if kind == "tool_call" and role != "assistant":
+        raise InvalidMessage(f"kind 'tool_call' needs role 'assistant', got {role!r}")
+    if importance is not None and not (isinstance(importance, int | float) and 0.0 <= importance <= 1.0):
+        raise InvalidMessage(f"importance must be between 0 and 1, got {importance!r}")
+    if ttl is not None and not (isinstance(ttl, int | float) and ttl > 0):
+        raise InvalidMessage(f"ttl must be a positive number of seconds, got {ttl!r}")
+    if tool_name is not None and not isinstance(tool_name, str):
+        raise InvalidMessage(f"tool_name must be a string or None, got {tool_name!r}")
+    if call_id is not None and not isinstance(call_id, str):
+        raise InvalidMessage(f"call_id must be a string or None, got {call_id!r}")
+    return kind
+
+
+def _split_ids(call_id: str | None) -> list[str]:
+    if not call_id:
+        return []
+    if "," not in call_id:
+        return [call_id.strip()]
+    return [part.strip() for part in call_id.split(",") if part.strip()]
+
+
+def _key(text: str) -> str:
+    return " ".join(text.split()).lower()
+

@@ -1,0 +1,253 @@
+"""The agent's SQLite file: messages, layers, summaries, pins, archive index, snapshots.
+
+One file per agent, in WAL mode, bound to one domain on first use. Every row carries its
+domain and every query filters on it, so a file opened for the wrong domain, or a call
+naming another domain, fails loudly instead of mixing tasks.
+
+Writes are batched: the engine hands over what changed since the last flush and it goes
+in as one transaction, so ingest costs a list append, not a disk write.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from agents.context._archive import ARCHIVE_SCHEMA, SearchHit, index_pending, search_archive
+from agents.context._errors import DomainMismatch, StoreError
+from agents.context._records import ConstraintRecord, Entry, SummaryEntry
+
+__all__ = ["Store", "SCHEMA_VERSION"]
+
+SCHEMA_VERSION = "1"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS messages (
+    tag INTEGER PRIMARY KEY, id TEXT NOT NULL, domain TEXT NOT NULL,
+    role TEXT NOT NULL, kind TEXT NOT NULL, content TEXT NOT NULL,
+    tool_name TEXT, call_id TEXT, importance REAL NOT NULL, ttl REAL, created_at REAL NOT NULL,
+    tokens INTEGER NOT NULL, state TEXT NOT NULL, layer TEXT NOT NULL, unit INTEGER NOT NULL,
+    pin TEXT NOT NULL, compact TEXT, compact_tokens INTEGER NOT NULL, refs INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS summaries (
+    id INTEGER PRIMARY KEY, domain TEXT NOT NULL, first_tag INTEGER NOT NULL,
+    last_tag INTEGER NOT NULL, text TEXT NOT NULL, tokens INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS constraints (
+    source_tag INTEGER PRIMARY KEY, domain TEXT NOT NULL, text TEXT NOT NULL, tokens INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS snapshots (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, domain TEXT NOT NULL, created_at REAL NOT NULL,
+    payload TEXT NOT NULL
+);
+"""
+
+_ENTRY_COLUMNS = (
+    "tag, id, role, kind, content, tool_name, call_id, importance, ttl, created_at, tokens, "
+    "state, layer, unit, pin, compact, compact_tokens, refs"
+)
+
+
+class Store:
+    """SQLite persistence of one agent's context, bound to one domain.
+
+    :param path: the database file (created if missing) or ":memory:".
+    :param domain: the `user/session/task` display form this store serves.
+    :raises DomainMismatch: if the file is already bound to another domain.
+    :raises StoreError: if the file is not a ctxbus context store of a known schema.
+    """
+
+    def __init__(self, path: str | Path, domain: str) -> None:
+        self.path = str(path)
+        self.domain = domain
+        try:
+            self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.executescript(_SCHEMA + ARCHIVE_SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot open context store {self.path!r}: {exc}") from exc
+        meta = self.meta()
+        bound = meta.get("domain")
+        if bound is not None and bound != domain:
+            self._conn.close()
+            raise DomainMismatch(bound, domain)
+        version = meta.get("schema", SCHEMA_VERSION)
+        if version != SCHEMA_VERSION:
+            self._conn.close()
+            raise StoreError(f"context store {self.path!r} has schema {version!r}; this build reads {SCHEMA_VERSION!r}")
+        if bound is None:
+            self.write_meta({"domain": domain, "schema": SCHEMA_VERSION})
+
+    def check(self, domain: str) -> None:
+        """Refuse any request for another domain's data.
+
+        :raises DomainMismatch: if `domain` is not the one this store is bound to.
+        """
+        if domain != self.domain:
+            raise DomainMismatch(self.domain, domain)
+
+    @property
+    def journal_mode(self) -> str:
+        """SQLite's journal mode for this file (`wal` unless the file is in memory)."""
+        return str(self._conn.execute("PRAGMA journal_mode").fetchone()[0])
+
+    def meta(self) -> dict[str, str]:
+        """All metadata of the store (domain, counters, mode, nudge state ...)."""
+        return dict(self._conn.execute("SELECT key, value FROM meta").fetchall())
+
+    def write_meta(self, values: dict[str, str]) -> None:
+        """Set metadata keys in one transaction."""
+        with self._transaction():
+            self._conn.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", values.items())
+
+    def load_entries(self, domain: str) -> list[Entry]:
+        """Every message of `domain`, oldest first."""
+        self.check(domain)
+        rows = self._conn.execute(
+            f"SELECT {_ENTRY_COLUMNS} FROM messages WHERE domain = ? ORDER BY tag", (domain,)
+        ).fetchall()
+        return [Entry(*row).sync_tokens() for row in rows]
+
+    def load_summaries(self, domain: str) -> list[SummaryEntry]:
+        """The summary layer of `domain`, oldest first."""
+        self.check(domain)
+        rows = self._conn.execute(
+            "SELECT id, first_tag, last_tag, text, tokens FROM summaries WHERE domain = ? ORDER BY id", (domain,)
+        ).fetchall()
+        return [SummaryEntry(*row) for row in rows]
+
+    def load_constraints(self, domain: str) -> list[ConstraintRecord]:
+        """The constraint records of `domain`, by source tag."""
+        self.check(domain)
+        rows = self._conn.execute(
+            "SELECT source_tag, text, tokens FROM constraints WHERE domain = ? ORDER BY source_tag", (domain,)
+        ).fetchall()
+        return [ConstraintRecord(*row) for row in rows]
+
+    def save(
+        self,
+        domain: str,
+        *,
+        new: Sequence[Entry],
+        changed: Iterable[Entry],
+        summaries: Mapping[int, SummaryEntry | None],
+        all_summaries: Sequence[SummaryEntry] | None,
+        constraints: Sequence[ConstraintRecord] | None,
+        meta: dict[str, str],
+    ) -> None:
+        """Write one batch of changes atomically.
+
+        :param summaries: summary entries written since the last save, by id; None
+            means the entry was removed.
+        :param all_summaries: the whole summary layer when it was replaced, else None.
+        :param constraints: all constraint records, or None if they did not change.
+        """
+        self.check(domain)
+        with self._transaction():
+            if new:
+                self._conn.executemany(
+                    f"INSERT INTO messages(domain, {_ENTRY_COLUMNS}) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [_entry_row(domain, e) for e in new],
+                )
+            self._conn.executemany(
+                "UPDATE messages SET state = ?, layer = ?, pin = ?, compact = ?, compact_tokens = ?, refs = ? "
+                "WHERE tag = ? AND domain = ?",
+                [(e.state, e.layer, e.pin, e.compact, e.compact_tokens, e.refs, e.tag, domain) for e in changed],
+            )
+            if all_summaries is not None:
+                self._conn.execute("DELETE FROM summaries WHERE domain = ?", (domain,))
+                summaries = {s.id: s for s in all_summaries}
+            removed = [(sid, domain) for sid, s in summaries.items() if s is None]
+            self._conn.executemany("DELETE FROM summaries WHERE id = ? AND domain = ?", removed)
+            self._conn.executemany(
+                "INSERT OR REPLACE INTO summaries(id, domain, first_tag, last_tag, text, tokens) VALUES (?, ?, ?, ?, ?, ?)",
+                [(s.id, domain, s.first_tag, s.last_tag, s.text, s.tokens) for s in summaries.values() if s is not None],
+            )
+            if constraints is not None:
+                self._conn.execute("DELETE FROM constraints WHERE domain = ?", (domain,))
+                self._conn.executemany(
+                    "INSERT INTO constraints(source_tag, domain, text, tokens) VALUES (?, ?, ?, ?)",
+                    [(c.source_tag, domain, c.text, c.tokens) for c in constraints],
+                )
+            if meta:
+                self._conn.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", meta.items())
+
+    def search(self, domain: str, query: str, limit: int) -> list[SearchHit]:
+        """BM25 search over every stored message of `domain`; indexes new rows first."""
+        self.check(domain)
+        done = int(self.meta().get("fts_indexed", "0"))
+        with self._transaction():
+            indexed = index_pending(self._conn, domain, done)
+            if indexed != done:
+                self._conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('fts_indexed', ?)", (str(indexed),))
+        return search_archive(self._conn, domain, query, limit)
+
+    def save_snapshot(self, domain: str, created_at: float, payload: dict[str, Any]) -> int:
+        """Store a layer snapshot; return its id."""
+        self.check(domain)
+        with self._transaction():
+            cur = self._conn.execute(
+                "INSERT INTO snapshots(domain, created_at, payload) VALUES (?, ?, ?)",
+                (domain, created_at, json.dumps(payload, separators=(",", ":"))),
+            )
+        assert cur.lastrowid is not None
+        return cur.lastrowid
+
+    def pop_snapshot(self, domain: str, snapshot_id: int | None) -> dict[str, Any] | None:
+        """Remove and return a snapshot (the newest if `snapshot_id` is None), or None."""
+        self.check(domain)
+        if snapshot_id is None:
+            row = self._conn.execute(
+                "SELECT id, payload FROM snapshots WHERE domain = ? ORDER BY id DESC LIMIT 1", (domain,)
+            ).fetchone()
+        else:
+            row = self._conn.execute(
+                "SELECT id, payload FROM snapshots WHERE domain = ? AND id = ?", (domain, snapshot_id)
+            ).fetchone()
+        if row is None:
+            return None
+        with self._transaction():
+            self._conn.execute("DELETE FROM snapshots WHERE id = ? AND domain = ?", (row[0], domain))
+        payload: dict[str, Any] = json.loads(row[1])
+        return payload
+
+    def snapshot_ids(self, domain: str) -> list[int]:
+        """Ids of the stored snapshots, oldest first."""
+        self.check(domain)
+        return [r[0] for r in self._conn.execute("SELECT id FROM snapshots WHERE domain = ? ORDER BY id", (domain,))]
+
+    def close(self) -> None:
+        """Checkpoint and close the file."""
+        self._conn.close()
+
+    def _transaction(self) -> _Transaction:
+        return _Transaction(self._conn)
+
+
+class _Transaction:
+    """BEGIN ... COMMIT, or ROLLBACK on any error (the connection runs in autocommit)."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def __enter__(self) -> None:
+        self._conn.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self._conn.execute("COMMIT")
+        else:
+            self._conn.execute("ROLLBACK")
+
+
+def _entry_row(domain: str, e: Entry) -> tuple[object, ...]:
+    return (
+        domain, e.tag, e.id, e.role, e.kind, e.content, e.tool_name, e.call_id, e.importance, e.ttl,
+        e.created_at, e.tokens, e.state, e.layer, e.unit, e.pin, e.compact, e.compact_tokens, e.refs,
+    )

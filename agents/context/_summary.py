@@ -1,0 +1,196 @@
+"""The summary layer's writer: extractive and rule-based, behind a small interface.
+
+The default never paraphrases. It picks whole units (sentences, list items, error lines)
+that carry facts, and when a unit is too long to quote it quotes the facts in it instead
+(numbers with units, paths, URLs, IDs), so "no more than 10 books", `/workspace/x.xlsx` or
+`django-11797` come out exactly as they went in. An LLM summarizer can replace it by
+implementing `Summarizer`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from agents.context._archive import error_line_numbers
+from agents.context._classify import facts, score_unit, split_units
+from schemas._message import Message
+
+__all__ = ["ExtractiveSummarizer", "Summarizer", "estimate_tokens"]
+
+_CALL = re.compile(r"<tool_call\b[^>]*?\bname=\"([^\"]*)\"[^>]*>(.*?)</tool_call>", re.DOTALL)
+"""Calls written inline as `<tool_call name=".." id="..">ARGS</tool_call>` (the transcripts' form)."""
+_FACTS_SCAN_CHARS = 2_000
+_SCORE_MEMO = 8_192
+_SCORE_CHARS = 400
+_PICK_SCAN_CHARS = 6_000
+_CHARS_PER_TOKEN = 3.0
+"""Conservative chars-per-token used to plan sizes before the one real count."""
+
+
+def estimate_tokens(text: str) -> int:
+    """A cheap over-estimate of the token count, for planning only."""
+    return int(len(text) / _CHARS_PER_TOKEN) + 1
+
+
+@runtime_checkable
+class Summarizer(Protocol):
+    """Writes the summary layer. Both methods must be pure functions of their input."""
+
+    def summarize(self, messages: Sequence[Message]) -> str:
+        """One summary entry for messages evicted together, oldest first."""
+        ...
+
+    def merge(self, texts: Sequence[str], max_tokens: int) -> str:
+        """Fold several entries, oldest first, into one of about `max_tokens` or fewer.
+
+        The engine counts the result and asks again with a smaller target if it is over.
+        """
+        ...
+
+
+class ExtractiveSummarizer:
+    """Keeps verbatim units ranked by `score_unit`; one line per message.
+
+    :param ratio: share of a message's size its summary line may take.
+    :param min_chars: a line may always take this much, so short turns stay whole.
+    :param max_chars: cap per line, so one huge message cannot fill the layer.
+    """
+
+    def __init__(self, *, ratio: float = 0.15, min_chars: int = 160, max_chars: int = 480) -> None:
+        self.ratio = ratio
+        self.min_chars = min_chars
+        self.max_chars = max_chars
+        self._scores: dict[str, float] = {}
+        """Score of each line this summarizer wrote, so merges need not re-run the rules."""
+
+    def summarize(self, messages: Sequence[Message]) -> str:
+        return "\n".join(self._line(m) for m in messages)
+
+    def merge(self, texts: Sequence[str], max_tokens: int) -> str:
+        lines: list[str] = []
+        seen: set[str] = set()
+        for text in texts:
+            for line in text.splitlines():
+                key = _body(line).strip().lower()
+                if line.strip() and key not in seen:
+                    seen.add(key)
+                    lines.append(line)
+        budget = max_tokens * _CHARS_PER_TOKEN
+        ranked = sorted(range(len(lines)), key=lambda i: (-self._score(lines[i]), i))
+        keep: set[int] = set()
+        used = 0.0
+        for i in ranked:
+            cost = len(lines[i]) + 1
+            if used + cost <= budget:
+                keep.add(i)
+                used += cost
+        if keep:
+            return "\n".join(lines[i] for i in sorted(keep))
+        # Not even one line fits: quote the facts of the best one, clipped to the budget.
+        if not lines:
+            return ""
+        best = lines[ranked[0]]
+        return _clip(f"{_head(best)}{' · '.join(facts(_body(best)))}", int(budget))
+
+    def _score(self, line: str) -> float:
+        score = self._scores.get(line)
+        return score_unit(_body(line)) if score is None else score
+
+    def _line(self, message: Message) -> str:
+        who: str = message.role
+        if message.tool_name and message.kind in ("tool_call", "tool_result"):
+            who = f"{message.tool_name} {'call' if message.kind == 'tool_call' else 'result'}"
+        head = f"§{message.tag}§ {who}: "
+        budget = int(min(self.max_chars, max(self.min_chars, len(message.content) * self.ratio)))
+        noise = set(message.call_ids)
+        if message.kind == "tool_result":
+            body = self._tool_result(message, budget, noise)
+        elif message.kind == "tool_call":
+            body = self._tool_call(message.content, budget, noise)
+        else:
+            body = self._pick(message.content, budget, noise)
+        line = head + body
+        if len(self._scores) >= _SCORE_MEMO:
+            for key in list(self._scores)[: _SCORE_MEMO // 2]:
+                del self._scores[key]
+        self._scores[line] = score_unit(body[:_SCORE_CHARS])
+        return line
+
+    def _tool_call(self, text: str, budget: int, noise: set[str]) -> str:
+        """The reasoning's best units, then each call's arguments (clipped, facts kept)."""
+        calls = _CALL.findall(text)
+        if not calls:
+            return self._pick(text, budget, noise)
+        prose = self._pick(_CALL.sub(" ", text), budget // 2, noise)
+        parts = [prose] if prose else []
+        for name, args in calls:
+            shown = _clip(" ".join(args.split()), 160)
+            extra = [f for f in facts(args) if f not in shown and f not in noise][:4]
+            parts.append(f"{name}({shown})" + (" · " + " · ".join(extra) if extra else ""))
+        return _clip(" ".join(parts), budget)
+
+    def _tool_result(self, message: Message, budget: int, noise: set[str]) -> str:
+        text = message.content
+        lines = text.splitlines()
+        parts = [f"{len(lines)} lines"]
+        if message.state == "archived":
+            parts.append("archived, ctx_read for detail")
+        first = next((line.strip() for line in lines if line.strip()), "")
+        if first:
+            parts.append(_clip(first, 120))
+        errors = [lines[n - 1].strip() for n in error_line_numbers(text, {1}, 2)]
+        parts.extend(_clip(line, 160) for line in errors)
+        out = "; ".join(parts)
+        # Facts come from the head only: past a few kB a log repeats itself, and the whole
+        # text stays readable in the archive.
+        found = [f for f in facts(text[:_FACTS_SCAN_CHARS]) if f not in out and f not in noise][:8]
+        if found:
+            out += " · " + " · ".join(found)
+        return _clip(out, budget)
+
+    def _pick(self, text: str, budget: int, noise: set[str]) -> str:
+        # A line holds a few hundred characters: ranking the first units is enough, and
+        # bounds the rule work on a long message.
+        units = [u.strip() for u in split_units(text[:_PICK_SCAN_CHARS]) if u.strip()]
+        if not units:
+            return ""
+        scored = sorted(range(len(units)), key=lambda i: (-(score_unit(units[i]) + (i == 0)), i))
+        keep: list[tuple[int, str]] = []
+        used = 0
+        for i in scored:
+            unit = units[i]
+            if len(unit) > budget:
+                found = [f for f in facts(unit) if f not in noise]
+                if not found:
+                    continue
+                unit = " · ".join(found)
+            if used + len(unit) + 1 > budget:
+                continue
+            keep.append((i, unit))
+            used += len(unit) + 1
+        if not keep:
+            return _clip(units[0], budget)
+        return " ".join(unit for _, unit in sorted(keep))
+
+
+def _head(line: str) -> str:
+    """The `§N§ who: ` prefix of a summary line ("" if it has none)."""
+    if line.startswith("§"):
+        colon = line.find(": ")
+        if colon != -1:
+            return line[: colon + 2]
+    return ""
+
+
+def _body(line: str) -> str:
+    return line[len(_head(line)) :]
+
+
+def _clip(text: str, limit: int) -> str:
+    """Clip to `limit` characters at a space where possible, marking the cut."""
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(" ", 0, max(1, limit - 1))
+    return text[: cut if cut > limit // 2 else max(0, limit - 1)] + "…"

@@ -1,0 +1,89 @@
+"""Constraints stated early survive verbatim to the last turn: long generated histories and
+the real sessions of ../shared/anchors/transcripts at a 16k budget."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from agents.context import ContextConfig, LocalContext, Tokenizer
+from tests.context.conftest import MakeContext, add_raw, anchors_dir, load_session, probes_for
+
+BUDGET = 16_000
+
+
+def _sessions() -> list[Path]:
+    """Sessions for which the anchors README lists early constraints."""
+    root = anchors_dir() / "transcripts"
+    return [p for p in sorted(root.glob("*/*.jsonl")) if probes_for(root, p)] if root.is_dir() else []
+
+
+def _kept_layers(ctx: LocalContext) -> str:
+    """Text of the layers that must hold early constraints at the end: pinned and summary."""
+    return "\n".join(item.text for view in ctx.inspect() if view.name in ("pinned", "summary") for item in view.items)
+
+
+def _replay(ctx: LocalContext, messages: list[dict[str, object]]) -> None:
+    """Compose before every model call (each assistant message), then at the final message."""
+    for index, message in enumerate(messages[:-1]):
+        if message["role"] == "assistant" and index:
+            report = ctx.compose().report
+            assert report.total <= report.budget
+        add_raw(ctx, message)
+    ctx.compose()
+
+
+@pytest.mark.parametrize("path", _sessions(), ids=lambda p: p.stem[:48])
+def test_early_constraints_survive_real_sessions_at_16k(
+    transcripts: Path, path: Path, tmp_path: Path, tokenizer: Tokenizer
+) -> None:
+    probes = probes_for(transcripts, path)
+    messages = load_session(path)
+    ctx = LocalContext(tmp_path / "s.db", "anchors/replay/s", config=ContextConfig(window=BUDGET), tokenizer=tokenizer)
+    try:
+        _replay(ctx, messages)
+        total = sum(e.tokens for e in ctx._state.entries)
+        assert total > BUDGET or len(messages) < 60, "a long session must be over budget to prove anything"
+        kept = _kept_layers(ctx)
+        missing = [probe for probe in probes if probe not in kept]
+        assert not missing, f"lost at the final message: {missing}"
+    finally:
+        ctx.close()
+
+
+def test_mini_swe_rules_are_in_every_final_prompt(transcripts: Path) -> None:
+    files = sorted((transcripts / "mini-swe-agent").glob("*.jsonl"))
+    assert len(files) == 17, "the README lists 17 mini-swe-agent sessions"
+    assert all("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && cat patch.txt" in probes_for(transcripts, f) for f in files)
+
+
+def test_early_constraints_survive_long_generated_history(make_ctx: MakeContext) -> None:
+    rnd = random.Random(11)
+    ctx = make_ctx(window=8_000)
+    rules = [
+        "Never write to /etc/hosts.",
+        "The budget is no more than $40 per run.",
+        "记住：不要删除 /data/raw 目录。",
+        "Remember that the release branch is release-2024.7.",
+    ]
+    ctx.add("user", "Migrate the ingest service to the new queue. " + rules[0])
+    ctx.add("user", rules[1])
+    vocab = "queue worker retry lag offset partition consumer ack batch commit topic schema".split()
+    for turn in range(1_500):
+        if turn == 3:
+            ctx.add("user", rules[2])
+        if turn == 5:
+            ctx.add("user", rules[3])
+        ctx.add("assistant", " ".join(rnd.choice(vocab) for _ in range(30)), tool_name="sh", call_id=f"c{turn}")
+        ctx.add("tool", "\n".join(" ".join(rnd.choice(vocab) for _ in range(12)) for _ in range(rnd.randint(1, 60))),
+                tool_name="sh", call_id=f"c{turn}")
+        if turn % 10 == 0:
+            ctx.compose()
+    result = ctx.compose("What is left to do?")
+    assert sum(e.tokens for e in ctx._state.entries) > 20 * 8_000
+    kept = _kept_layers(ctx)
+    for rule in rules:
+        assert rule in kept
+    assert result.report.total <= result.report.budget

@@ -1,0 +1,53 @@
+"""Large tool output: compact in the prompt, whole on demand, found by BM25 search."""
+
+from __future__ import annotations
+
+from tests.context.conftest import MakeContext
+
+
+def _log(n: int, marker: str, error_at: int) -> str:
+    lines = [f"{marker} step {i}: compiled unit_{i}.o in {i % 7} ms" for i in range(1, n + 1)]
+    lines[error_at - 1] = f"ERROR: linker failed on unit_{error_at}.o: undefined symbol zlib_inflate"
+    return "\n".join(lines)
+
+
+def test_large_output_is_archived_and_read_back(make_ctx: MakeContext) -> None:
+    ctx = make_ctx(settings={"archive_threshold": 500})
+    ctx.add("assistant", "Building.", tool_name="make", call_id="m1")
+    log = _log(300, "build", error_at=150)
+    tag = ctx.add("tool", log, tool_name="make", call_id="m1")
+    message = ctx.message(tag)
+    assert message.state == "archived" and message.content == log and message.tokens > 500
+
+    shown = ctx.compose().messages[-1]["content"]
+    lines = log.splitlines()
+    assert shown.startswith(f"§{tag}§ [archived make output: {message.tokens:,} tokens, 300 lines; ctx_read({tag})")
+    assert lines[0] in shown and lines[-1] in shown and lines[150] not in shown
+    assert "150: ERROR: linker failed on unit_150.o" in shown
+    assert ctx.compose().report.layers["rolling"] < message.tokens / 3
+
+    assert ctx.read(tag) == log
+    assert ctx.read(f"§{tag}§", lines=(149, 151)) == "\n".join(f"{n}: {lines[n - 1]}" for n in (149, 150, 151))
+    assert ctx.read(message.id, query="zlib_inflate") == f"150: {lines[149]}"
+    assert ctx.read(tag, lines=(299, 400)).splitlines()[-1] == f"300: {lines[-1]}"
+
+
+def test_search_ranks_with_bm25_across_archived_and_evicted(make_ctx: MakeContext) -> None:
+    ctx = make_ctx(window=2_000, settings={"reserve_system": 300, "reserve_output": 300, "archive_threshold": 400})
+    ctx.add("assistant", "Run the build.", tool_name="make", call_id="b")
+    build = ctx.add("tool", _log(200, "build", error_at=120), tool_name="make", call_id="b")
+    early = ctx.add("assistant", "The flaky test is test_payment_refund in billing/tests/test_refund.py.")
+    for i in range(150):
+        ctx.add("assistant", f"Unrelated chatter number {i} about formatting and naming of variables.")
+    ctx.compose()
+    assert ctx.message(early).tag == early
+    assert all(item.tag != early for view in ctx.inspect() for item in view.items), "evicted from the prompt"
+
+    hits = ctx.search("zlib_inflate linker")
+    assert hits and hits[0].tag == build and hits[0].tool_name == "make"
+    assert "[" in hits[0].snippet and hits[0].score > 0
+    hits = ctx.search("which refund test is flaky?", limit=3)
+    assert hits[0].tag == early and hits[0].layer == "summary"
+    assert len(ctx.search("unrelated chatter", limit=4)) == 4
+    assert ctx.search('"zlib_inflate" OR NEAR(* -x)')[0].tag == build, "FTS syntax in a query is just words"
+    assert ctx.search("nothingmatchesthis") == []

@@ -1,0 +1,113 @@
+"""Bad input is refused with an error that names the offending value."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from agents.context import (
+    ContextClosed,
+    ContextConfig,
+    InputTooLarge,
+    InvalidConfig,
+    InvalidMessage,
+    UnknownMode,
+    UnknownReference,
+)
+from schemas import UsageError
+from schemas._message import Message, message_id
+from tests.context.conftest import MakeContext
+
+
+@pytest.mark.parametrize(
+    ("settings", "words"),
+    [
+        ({"window": -8000}, ["window", "-8000"]),
+        ({"window": 0}, ["window", ">= 1"]),
+        ({"reserve_output": -1}, ["reserve_output", "-1"]),
+        ({"window": 8000, "reserve_system": 5000, "reserve_output": 4000}, ["reserves", "5,000", "4,000", "8,000"]),
+        ({"split": (1, 0, 2)}, ["split", "rolling"]),
+        ({"split": (1, -3, 2)}, ["split", "-3"]),
+        ({"archive_threshold": 0}, ["archive_threshold", "0"]),
+        ({"window": "big"}, ["window", "'big'"]),
+    ],
+)
+def test_bad_config_is_refused_naming_the_value(settings: dict[str, object], words: list[str]) -> None:
+    with pytest.raises(InvalidConfig) as info:
+        ContextConfig(**settings)  # type: ignore[arg-type]
+    assert isinstance(info.value, UsageError) and isinstance(info.value, ValueError)
+    for word in words:
+        assert word in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"role": "robot", "content": "hi"}, ["role", "'robot'", "assistant"]),
+        ({"role": "user", "content": "hi", "kind": "gossip"}, ["kind", "'gossip'"]),
+        ({"role": "user", "content": "hi", "importance": 1.5}, ["importance", "1.5"]),
+        ({"role": "user", "content": "hi", "importance": -0.1}, ["importance", "-0.1"]),
+        ({"role": "user", "content": "hi", "ttl": 0}, ["ttl", "0"]),
+        ({"role": "user", "content": "hi", "kind": "tool_result"}, ["tool_result", "'user'"]),
+        ({"role": "tool", "content": "out", "kind": "chat"}, ["'chat'", "'tool'"]),
+        ({"role": "user", "content": "hi", "kind": "tool_call"}, ["tool_call", "'user'"]),
+        ({"role": "user", "content": 42}, ["content", "int"]),
+    ],
+)
+def test_bad_message_is_refused_naming_the_value(
+    make_ctx: MakeContext, kwargs: dict[str, object], words: list[str]
+) -> None:
+    ctx = make_ctx()
+    role, content = kwargs.pop("role"), kwargs.pop("content")
+    with pytest.raises(InvalidMessage) as info:
+        ctx.add(role, content, **kwargs)  # type: ignore[arg-type]
+    for word in words:
+        assert word in str(info.value)
+    assert ctx.next_tag == 1, "a refused message must not take a tag"
+
+
+def test_input_larger_than_the_window_is_refused(make_ctx: MakeContext) -> None:
+    ctx = make_ctx(window=2_000, settings={"reserve_system": 200, "reserve_output": 200})
+    with pytest.raises(InputTooLarge) as info:
+        ctx.compose("word " * 3_000)
+    assert info.value.tokens > info.value.available
+    assert f"{info.value.tokens:,}" in str(info.value)
+
+
+def test_unknown_references_modes_and_closed_use(make_ctx: MakeContext, tmp_path: Path) -> None:
+    ctx = make_ctx()
+    ctx.add("user", "hello")
+    for ref in (0, 2, "§9§", "deadbeefdeadbeef-1", "nonsense"):
+        with pytest.raises(UnknownReference):
+            ctx.read(ref)
+    with pytest.raises(UnknownReference):
+        ctx.drop([1, 99])
+    assert ctx.message(1).state == "active", "a failed drop drops nothing"
+    with pytest.raises(UnknownMode, match="'poetry'.*chat, knowledge, task"):
+        ctx.switch_mode("poetry")
+    with pytest.raises(UnknownMode, match="no snapshot"):
+        ctx.restore()
+    with pytest.raises(UsageError, match="no words"):
+        ctx.search("  --  ")
+    with pytest.raises(UsageError, match="limit"):
+        ctx.search("hello", limit=0)
+    with pytest.raises(UsageError, match="line range"):
+        ctx.read(1, lines=(5, 2))
+    ctx.close()
+    with pytest.raises(ContextClosed):
+        ctx.add("user", "again")
+
+
+def test_message_model_validates_its_fields() -> None:
+    good = Message(
+        id=message_id("hi", 3), tag=3, role="user", kind="chat", content="hi", created_at=0.0, tokens=4
+    )
+    assert good.id.endswith("-3") and len(good.id.split("-")[0]) == 16
+    assert Message(**{**good.model_dump(), "call_id": "a, b"}).call_ids == ("a", "b")
+    for bad in ({"role": "robot"}, {"kind": "gossip"}, {"importance": 2.0}, {"state": "lost"}, {"tag": 0}):
+        with pytest.raises(ValidationError):
+            Message(**{**good.model_dump(), **bad})
+    with pytest.raises(ValidationError):
+        good.model_copy(update={}).__setattr__("content", "changed")

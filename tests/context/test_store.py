@@ -1,0 +1,75 @@
+"""Persistence in one SQLite file per agent, bound to one domain."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from agents.context import DomainMismatch, LocalContext, StoreError, Tokenizer
+from agents.context._store import Store
+from tests.context.conftest import MakeContext
+
+
+def _fill(ctx: LocalContext) -> None:
+    ctx.add("system", "You maintain the scheduler.")
+    ctx.add("user", "Make cron parsing strict. Never accept 6-field expressions.")
+    for i in range(40):
+        ctx.add("assistant", f"Check case {i}.", tool_name="pytest", call_id=f"p{i}")
+        ctx.add("tool", f"case {i}: " + ("ok " * 40) + ("\nERROR boom" if i % 9 == 0 else ""), tool_name="pytest",
+                call_id=f"p{i}")
+    ctx.add("tool", "\n".join(f"row {i} value {i * i}" for i in range(400)), tool_name="dump")
+
+
+def test_reopen_gives_the_same_state(make_ctx: MakeContext) -> None:
+    ctx = make_ctx("a.db", window=2_500, settings={"reserve_system": 400, "reserve_output": 400})
+    _fill(ctx)
+    ctx.drop([ctx.tail()[0].tag])
+    ctx.set_state("nudges.band", "firm")
+    first = ctx.compose("next?", brief="goal: strict cron")
+    assert first.report.trims, "the test must exercise eviction"
+    next_tag, layers = ctx.next_tag, [(v.name, v.tokens, v.items) for v in ctx.inspect()]
+    ctx.close()
+
+    again = make_ctx("a.db", window=2_500, settings={"reserve_system": 400, "reserve_output": 400})
+    assert again.next_tag == next_tag
+    assert again.get_state("nudges.band") == "firm"
+    second = again.compose("next?", brief="goal: strict cron")
+    assert second.messages == first.messages
+    assert [(v.name, v.tokens, v.items) for v in again.inspect()] == layers
+    assert not second.report.trims
+    assert again.add("user", "more") == next_tag, "tags continue where they stopped"
+    assert again.messages()[0].content == "You maintain the scheduler."
+
+
+def test_store_is_wal_and_bound_to_its_domain(make_ctx: MakeContext, tmp_path: Path, tokenizer: Tokenizer) -> None:
+    ctx = make_ctx("b.db", domain="alice/s1/t1")
+    ctx.add("user", "secret plan for alice")
+    ctx.flush()
+    assert ctx._store.journal_mode == "wal"
+    with pytest.raises(DomainMismatch, match="alice/s1/t1.*bob/s1/t1"):
+        LocalContext(tmp_path / "b.db", "bob/s1/t1", tokenizer=tokenizer)
+    with pytest.raises(DomainMismatch):
+        ctx.load_domain("alice/s1/t2")
+    assert [m.content for m in ctx.load_domain("alice/s1/t1")] == ["secret plan for alice"]
+    store = Store(tmp_path / "b.db", "alice/s1/t1")
+    with pytest.raises(DomainMismatch):
+        store.load_entries("mallory/x/y")
+    store.close()
+    with sqlite3.connect(tmp_path / "b.db") as conn:
+        assert {row[0] for row in conn.execute("SELECT DISTINCT domain FROM messages")} == {"alice/s1/t1"}
+
+
+def test_unreadable_file_is_a_store_error(tmp_path: Path, tokenizer: Tokenizer) -> None:
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(b"this is not a database, just some bytes" * 100)
+    with pytest.raises(StoreError, match="bad.db"):
+        LocalContext(bad, "a/b/c", tokenizer=tokenizer)
+
+
+def test_repr_shows_live_state(make_ctx: MakeContext) -> None:
+    ctx = make_ctx(domain="carol/s2/t9")
+    ctx.add("user", "hello")
+    ctx.add("assistant", "hi")
+    assert repr(ctx) == "<LocalContext carol/s2/t9 mode=task messages=2 pinned=1 rolling=1 summaries=0>"

@@ -1,0 +1,85 @@
+"""The summary layer: extractive, facts verbatim, merged under pressure, constraints promoted."""
+
+from __future__ import annotations
+
+from agents.context import ExtractiveSummarizer, Summarizer
+from schemas._message import Message, MessageKind, MessageRole, message_id
+from tests.context.conftest import MakeContext
+
+
+def _msg(
+    tag: int, content: str, role: MessageRole = "assistant", kind: MessageKind = "chat", **extra: object
+) -> Message:
+    return Message(
+        id=message_id(content, tag), tag=tag, role=role, kind=kind, content=content, created_at=0.0, tokens=1,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def test_extractive_summary_keeps_numbers_negations_names_paths_ids_urls() -> None:
+    summarizer = ExtractiveSummarizer()
+    assert isinstance(summarizer, Summarizer)
+    filler = "We looked around the code for a while and read several modules in turn. " * 6
+    text = (
+        filler
+        + "The cache must not exceed 512 MB. "
+        + "Alice found the leak in /opt/svc/worker.py at https://git.example.com/svc/pull/42. "
+        + filler
+        + "Build a1b2c3d took 95 ms."
+    )
+    line = summarizer.summarize([_msg(7, text)])
+    assert line.startswith("§7§ assistant: ")
+    for fact in ("512 MB", "must not", "/opt/svc/worker.py", "https://git.example.com/svc/pull/42", "95 ms",
+                 "a1b2c3d", "Alice"):
+        assert fact in line
+    assert len(line) < len(text) / 2
+
+
+def test_tool_results_summarize_to_size_first_line_errors_and_facts() -> None:
+    output = "collected 12 items\n" + "\n".join(f"test_{i} PASSED" for i in range(40))
+    output += "\nFAILED tests/test_io.py::test_read - AssertionError: 3 != 4\n1 failed, 39 passed in 2.31s"
+    line = ExtractiveSummarizer().summarize(
+        [_msg(9, output, role="tool", kind="tool_result", tool_name="bash", call_id="c1")]
+    )
+    assert line.startswith("§9§ bash result: 43 lines; collected 12 items")
+    assert "FAILED tests/test_io.py::test_read - AssertionError: 3 != 4" in line
+
+
+def test_merge_prefers_fact_lines_and_respects_the_target() -> None:
+    summarizer = ExtractiveSummarizer()
+    old = "\n".join(f"§{i}§ assistant: looked at things and thought about them some more" for i in range(1, 30))
+    facts = "§30§ user: the port is 8443 and the timeout is 30 s"
+    merged = summarizer.merge([old, facts], max_tokens=40)
+    assert facts in merged
+    assert len(merged) <= 40 * 3
+
+
+def test_summary_merges_under_pressure_and_stays_in_budget(make_ctx: MakeContext) -> None:
+    ctx = make_ctx(window=3_000, settings={"reserve_system": 300, "reserve_output": 300, "protected_recent": 2})
+    ctx.add("user", "Set up the service. The port is 8443.")
+    merges = 0
+    for i in range(120):
+        ctx.add("assistant", f"Step {i}: checked module_{i}.py, it takes {i * 3} ms and has {i} warnings.")
+        report = ctx.compose().report
+        merges += report.merges
+        assert report.layers["summary"] <= report.budgets.summary
+        assert report.total <= report.budget
+    assert merges > 0
+    summary = next(v for v in ctx.inspect() if v.name == "summary")
+    assert summary.items, "old turns live on in the summary"
+    text = "\n".join(item.text for item in summary.items)
+    assert "module_" in text and " ms" in text, "merged entries still quote facts verbatim"
+
+
+def test_constraint_found_while_summarizing_is_promoted(make_ctx: MakeContext) -> None:
+    ctx = make_ctx(window=2_500, settings={"reserve_system": 300, "reserve_output": 300, "protected_recent": 2})
+    rule = "We agreed: never deploy on Fridays, and keep the spend under $300."
+    tag = ctx.add("assistant", rule, kind="knowledge", importance=0.0)
+    assert not any(item.tag == tag for view in ctx.inspect() if view.name == "pinned" for item in view.items)
+    promoted: list[int] = []
+    for i in range(80):
+        ctx.add("assistant", f"Routine step {i} with nothing special in it at all, just noise and more noise.")
+        promoted += ctx.compose().report.promoted
+    assert tag in promoted
+    pinned = next(v for v in ctx.inspect() if v.name == "pinned")
+    assert any(rule in item.text and item.kind == "constraint" for item in pinned.items)

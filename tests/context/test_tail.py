@@ -1,0 +1,31 @@
+"""Hooks for tail hygiene: the rendered tail and drop-by-tag."""
+
+from __future__ import annotations
+
+from tests.context.conftest import MakeContext
+
+
+def test_drop_leaves_exactly_a_placeholder_and_tail_reports_it(make_ctx: MakeContext) -> None:
+    ctx = make_ctx(settings={"protected_recent": 2})
+    ctx.add("user", "Investigate the crash.")
+    call = ctx.add("assistant", "Reading the log.", tool_name="cat", call_id="k1")
+    result = ctx.add("tool", "Traceback ...\n" * 50, tool_name="cat", call_id="k1")
+    ctx.add("assistant", "Found it.")
+    ctx.add("assistant", "Fixing.")
+
+    tail = ctx.tail()
+    assert [(t.tag, t.kind, t.tool_name, t.state, t.protected) for t in tail] == [
+        (call, "tool_call", "cat", "active", False),
+        (result, "tool_result", "cat", "active", False),
+        (4, "chat", None, "active", True),
+        (5, "chat", None, "active", True),
+    ]
+    before = {t.tag: t.tokens for t in tail}
+
+    assert ctx.drop([result, result, 1]) == [result], "pinned and already dropped tags are skipped"
+    contents = [m["content"] for m in ctx.compose().messages]
+    assert f"[dropped §{result}§]" in contents
+    after = {t.tag: t for t in ctx.tail()}
+    assert after[result].state == "dropped" and after[result].tokens < before[result]
+    assert ctx.message(result).state == "dropped"
+    assert ctx.read(result).startswith("Traceback"), "the full text stays readable"
