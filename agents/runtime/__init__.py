@@ -1,0 +1,7 @@
+"""The Agent runtime: local context + nudges + brief replica, joined on the bus."""
+
+from agents.runtime._agent import Agent, AgentConfig, ToolOutcome
+from agents.runtime._host import ContextHost
+from agents.runtime._tail import TailAdapter
+
+__all__ = ["Agent", "AgentConfig", "ContextHost", "TailAdapter", "ToolOutcome"]

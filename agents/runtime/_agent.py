@@ -1,0 +1,265 @@
+"""The Agent runtime: one agent's local context, nudges and brief replica, on the bus.
+
+This is where the pieces meet. The context engine keeps the prompt inside its budget;
+the hygiene walk measures the tail after each tool call; Channel 1 appends reminders
+to tool output, Channel 2 asks once per cycle for a prune; the replica keeps the shared
+brief in step and its text goes into every compose as the pinned brief block.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+from anyio.abc import TaskStatus
+
+from agents.brief import DEFAULT_HEARTBEAT, BriefReplica, PresenceBeacon, Proposer
+from agents.context import Composition, ContextConfig, LocalContext, SearchHit, Tokenizer
+from agents.nudges import (
+    REDUCE_TOOL_NAME,
+    Channel1,
+    Channel2,
+    Channel2Lease,
+    Channel2LeaseConfig,
+    Delivery,
+    DropPlan,
+    HostAdapter,
+    HygieneWalker,
+    SqliteNudgeStateStore,
+    TailMeasure,
+    plan_drops,
+    protected_floor,
+)
+from agents.runtime._host import ContextHost
+from agents.runtime._tail import TailAdapter
+from bus import BriefState, Leases, NatsClient
+from schemas import BriefOp, BriefSnapshot, Domain, Presence, Reply, TaskBrief, WireError
+
+__all__ = ["Agent", "AgentConfig"]
+
+log = logging.getLogger(__name__)
+
+_BRIEF_STATE_KEY = "brief_snapshot"
+_USER_TURNS_KEY = "user_turns"
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentConfig:
+    """Who the agent is, where it keeps its state, and how its context is shaped."""
+
+    agent_id: str
+    domain: Domain
+    store: Path
+    """The agent's SQLite file: context, archive, nudge state, saved brief."""
+    context: ContextConfig = field(default_factory=ContextConfig)
+    heartbeat: float = DEFAULT_HEARTBEAT
+    channel2: Channel2LeaseConfig = field(default_factory=Channel2LeaseConfig)
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """A tool result as the model should see it, and what the nudges did."""
+
+    text: str
+    """The output, with a Channel 1 reminder appended when one is due."""
+    measure: TailMeasure
+    delivery: Delivery | None
+
+
+class Agent:
+    """One agent process's ctxbus side. Run it with `await tg.start(agent.run)`.
+
+    Methods that touch the context are synchronous and quick (SQLite in WAL mode);
+    the ones that touch the bus are async.
+    """
+
+    def __init__(
+        self,
+        client: NatsClient,
+        config: AgentConfig,
+        *,
+        host: HostAdapter | None = None,
+        tokenizer: Tokenizer | None = None,
+    ) -> None:
+        self.config = config
+        self.id = config.agent_id
+        self.domain = config.domain
+        config.store.parent.mkdir(parents=True, exist_ok=True)
+        self.context = LocalContext(config.store, config.domain, config=config.context, tokenizer=tokenizer)
+        self._nudge_store = SqliteNudgeStateStore(config.store)
+        usable = config.context.window - config.context.reserve_system - config.context.reserve_output
+        self._walker = HygieneWalker(self.context.tokenizer, protected_floor=protected_floor(usable))
+        self._adapter = TailAdapter()
+        self._queued: set[int] = set()
+        self._last_prompt_tokens = 0
+        self.channel1 = Channel1(self._nudge_store)
+        self._leases = Leases(client)
+        self.host: HostAdapter = host or ContextHost(self.context)
+        lease = Channel2Lease(self._leases, self.host, domain=config.domain, agent_id=self.id, config=config.channel2)
+        self.channel2 = Channel2(self._nudge_store, lease)
+        self.replica = BriefReplica(client, config.domain, resume_from=self._saved_brief())
+        self.proposer = Proposer(client, config.domain, agent_id=self.id)
+        self._beacon = PresenceBeacon(client, config.domain, self.id, self.presence, interval=config.heartbeat)
+        self._band = "quiet"
+        self._measure: TailMeasure | None = None
+
+    def __repr__(self) -> str:
+        return f"<Agent {self.id!r} on {self.domain} band={self._band}>"
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Join the brief, start the heartbeat, report ready; run until cancelled."""
+        await self._leases.ensure()
+        async with anyio.create_task_group() as tg:
+            await tg.start(self.replica.run)
+            await tg.start(self._beacon.run)
+            task_status.started()
+            await anyio.sleep_forever()
+
+    def close(self) -> None:
+        """Save what a restart needs and close the store."""
+        self._save_brief()
+        self.context.close()
+
+    # -- conversation --------------------------------------------------------------------
+
+    @property
+    def user_turns(self) -> int:
+        """Real user turns so far (synthetic messages never count); persisted."""
+        return int(self.context.get_state(_USER_TURNS_KEY) or 0)
+
+    def user(self, text: str) -> int:
+        """Record a real user message; returns its tag."""
+        tag = self.context.add("user", text)
+        self.context.set_state(_USER_TURNS_KEY, str(self.user_turns + 1))
+        return tag
+
+    def assistant(self, text: str, *, tool_name: str | None = None, call_id: str | None = None) -> int:
+        """Record an assistant message (a tool call when `tool_name` is given)."""
+        return self.context.add("assistant", text, tool_name=tool_name, call_id=call_id)
+
+    async def tool_result(self, tool_name: str, output: str, *, call_id: str | None = None) -> ToolOutcome:
+        """Record a tool's output and return it as the model should see it.
+
+        Measures the tail, lets Channel 1 append a reminder if one is due, and lets
+        Channel 2 deliver its message if this cycle needs one.
+        """
+        self.context.add("tool", output, tool_name=tool_name, call_id=call_id)
+        measure = self.measure()
+        if tool_name == REDUCE_TOOL_NAME:
+            return ToolOutcome(output, measure, None)
+        outcome = await anyio.to_thread.run_sync(
+            lambda: self.channel1.after_tool_call(tool_name, measure, user_turn=self.user_turns)
+        )
+        delivery = await self.channel2.observe(measure)
+        text = f"{output}\n{outcome.text}" if outcome.text else output
+        return ToolOutcome(text, measure, delivery)
+
+    def measure(self) -> TailMeasure:
+        """{U, T} of the tail as the model would see it now; queued drops leave U."""
+        parts, tags = self._adapter.convert(self.context.tail())
+        measure = self._walker.measure(parts, tags, queued=frozenset(self._queued))
+        self._measure = measure
+        self._band = str(measure.band)
+        return measure
+
+    def ctx_reduce(self, drop: str) -> DropPlan:
+        """The `ctx_reduce` tool: queue tags for dropping at the next compose.
+
+        :raises DropSpecError, UnknownDropTags: for a malformed or unknown request;
+            nothing changes then.
+        """
+        measure = self.measure()
+        _, tags = self._adapter.convert(self.context.tail())
+        plan = plan_drops(drop, tags, protected=measure.protected, queued=frozenset(self._queued))
+        if plan.queued:
+            self._queued.update(plan.queued)
+            self.channel1.after_reduce(self.measure())
+        return plan
+
+    def compose(self, user_input: str = "") -> Composition:
+        """The prompt for the next model call: queued drops applied, the brief pinned."""
+        if self._queued:
+            self.context.drop(sorted(self._queued))
+            self._queued.clear()
+        composition = self.context.compose(user_input, brief=self._brief_text())
+        self._last_prompt_tokens = composition.report.total
+        return composition
+
+    def search(self, query: str, limit: int = 5) -> list[SearchHit]:
+        """The `ctx_search` tool."""
+        return self.context.search(query, limit)
+
+    def read(self, ref: int | str, *, lines: tuple[int, int] | None = None, query: str | None = None) -> str:
+        """The `ctx_read` tool."""
+        return self.context.read(ref, lines=lines, query=query)
+
+    # -- shared brief --------------------------------------------------------------------
+
+    @property
+    def brief(self) -> TaskBrief:
+        return self.replica.brief
+
+    async def propose(self, op: BriefOp, *, key: str | None = None) -> Reply:
+        """Propose a change to the shared brief; safe to retry with the same `key`."""
+        return await self.proposer.propose(op, key=key)
+
+    # -- status --------------------------------------------------------------------------
+
+    def presence(self) -> Presence:
+        """The heartbeat `ctxbus top` shows."""
+        measure = self._measure
+        revision = self.replica.revision if self._replica_ready() else 0
+        return Presence(
+            agent=self.id,
+            band=self._band,
+            unused_tokens=measure.u if measure else 0,
+            tail_tokens=measure.t if measure else 0,
+            prompt_tokens=self._last_prompt_tokens,
+            brief_revision=revision,
+        )
+
+    def status(self) -> dict[str, object]:
+        """What `ctx_status` reports: band, U/T, prompt size, brief revision."""
+        presence = self.presence()
+        return {
+            **presence.model_dump(exclude={"at"}),
+            "queued_drops": sorted(self._queued),
+            "brief_hash": self.replica.hash if self._replica_ready() else None,
+        }
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _brief_text(self) -> str | None:
+        if not self._replica_ready():
+            return None
+        self._save_brief()
+        return self.replica.render()
+
+    def _replica_ready(self) -> bool:
+        try:
+            self.replica.state  # noqa: B018 - raises until the replica joined
+        except RuntimeError:
+            return False
+        return True
+
+    def _saved_brief(self) -> BriefState | None:
+        raw = self.context.get_state(_BRIEF_STATE_KEY)
+        if raw is None:
+            return None
+        try:
+            snap = BriefSnapshot.model_validate(json.loads(raw))
+        except (ValueError, WireError) as exc:
+            log.warning("ignoring the saved brief of %s (%s); joining from the bus", self.id, exc)
+            return None
+        return BriefState(snap.brief, snap.seq) if snap.brief.domain == self.domain else None
+
+    def _save_brief(self) -> None:
+        if self._replica_ready():
+            state = self.replica.state
+            snap = BriefSnapshot(seq=state.seq, brief=state.brief)
+            self.context.set_state(_BRIEF_STATE_KEY, snap.model_dump_json())

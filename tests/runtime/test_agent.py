@@ -1,0 +1,113 @@
+"""The Agent runtime on a real NATS: context, nudges and brief working together."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+from anyio.abc import TaskGroup
+
+from agents.context import ContextConfig
+from agents.nudges import Channel2LeaseConfig
+from agents.runtime import Agent, AgentConfig
+from bus import BusConfig, NatsClient, connect
+from coordinator import Coordinator, CoordinatorConfig
+from schemas import AddConstraint, Committed, Domain, Reject
+
+CONFIG = ContextConfig(window=200_000, archive_threshold=50_000)
+
+
+def _output(i: int) -> str:
+    """About 3,000 tokens of plausible tool output."""
+    return "\n".join(f"src/module_{i}/file_{j}.py:{j * 7}: def handler_{j}(request): return compute({j})" for j in range(120))
+
+
+@pytest.fixture
+async def bus(nats_url: str) -> AsyncIterator[tuple[NatsClient, TaskGroup]]:
+    client = await connect(BusConfig(servers=[nats_url]))
+    async with anyio.create_task_group() as tg:
+        await tg.start(Coordinator(client, CoordinatorConfig(coordinator_id="rt")).run)
+        yield client, tg
+        tg.cancel_scope.cancel()
+    await client.close()
+
+
+def _agent(client: NatsClient, domain: Domain, tmp_path: Path, name: str = "a1") -> Agent:
+    config = AgentConfig(
+        agent_id=name,
+        domain=domain,
+        store=tmp_path / f"{name}.db",
+        context=CONFIG,
+        heartbeat=0.5,
+        channel2=Channel2LeaseConfig(claim_ttl=2),
+    )
+    return Agent(client, config)
+
+
+async def test_nudges_rise_and_channel2_is_delivered_once(bus: tuple[NatsClient, TaskGroup], tmp_path: Path) -> None:
+    client, tg = bus
+    domain = Domain.parse(f"rt/s1/{uuid.uuid4().hex[:8]}")
+    agent = _agent(client, domain, tmp_path)
+    await tg.start(agent.run)
+    agent.user("Fix the failing handler tests. Never edit files under vendor/.")
+    bands: list[str] = []
+    reminders = 0
+    deliveries = []
+    for i in range(40):
+        agent.assistant(f'<tool_call name="grep">{{"q": "handler {i}"}}</tool_call>', tool_name="grep", call_id=f"c{i}")
+        outcome = await agent.tool_result("grep", _output(i), call_id=f"c{i}")
+        bands.append(str(outcome.measure.band))
+        reminders += "§" in outcome.text.removeprefix(_output(i))
+        if outcome.delivery is not None:
+            deliveries.append(outcome.delivery)
+    assert bands[0] == "quiet" and "channel2" in bands, bands
+    assert reminders >= 1, "Channel 1 should have spoken on the way up"
+    done = [d for d in deliveries if d.done]
+    assert len(done) == 1, deliveries
+    synthetic = [m for m in agent.context.messages() if m.kind == "synthetic"]
+    assert len(synthetic) == 1
+
+    # The agent prunes: U falls at once (queued), the drops apply at the next compose.
+    before = agent.measure()
+    oldest = sorted(t.tag for t in agent.context.tail() if t.kind == "tool_result")[:20]
+    plan = agent.ctx_reduce(",".join(map(str, oldest)))
+    assert plan.queued
+    assert agent.measure().u < before.u
+    composed = agent.compose("continue")
+    assert composed.report.total <= composed.report.budget
+    assert any(f"[dropped §{plan.queued[0]}§]" in m["content"] for m in composed.messages)
+    assert "Never edit files under vendor/" in "\n".join(m["content"] for m in composed.messages)
+    agent.close()
+
+
+async def test_brief_block_reaches_the_prompt_and_survives_restart(
+    bus: tuple[NatsClient, TaskGroup], tmp_path: Path
+) -> None:
+    client, tg = bus
+    domain = Domain.parse(f"rt/s2/{uuid.uuid4().hex[:8]}")
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as own:
+            agent = _agent(client, domain, tmp_path)
+            await own.start(agent.run)
+            assert isinstance(await agent.propose(AddConstraint(text="budget <= 50k tokens")), Committed)
+            reply = await agent.propose(Reject(option="redis lock", reason="no redis in prod"))
+            assert isinstance(reply, Committed)
+            await agent.replica.wait_for(reply.revision, timeout=5)
+            text = "\n".join(m["content"] for m in agent.compose("go").messages)
+            assert "budget <= 50k tokens" in text and "redis lock" in text
+            status = agent.status()
+            assert status["brief_revision"] == 2
+            agent.close()
+            scope.cancel()
+    # A restarted agent resumes its brief from its own store, then catches up.
+    other = _agent(client, domain, tmp_path, name="a2")
+    await tg.start(other.run)
+    await other.propose(AddConstraint(text="no new dependencies"))
+    again = _agent(client, domain, tmp_path)
+    assert again.replica.revision == 2  # from its store, before touching the bus
+    await tg.start(again.run)
+    await again.replica.wait_for(3, timeout=5)
+    assert again.replica.hash == other.replica.hash
