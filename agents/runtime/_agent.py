@@ -8,7 +8,6 @@ brief in step and its text goes into every compose as the pinned brief block.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,15 +33,15 @@ from agents.nudges import (
     protected_floor,
 )
 from agents.runtime._host import ContextHost
+from agents.runtime._saved import load_brief, save_brief, save_config
 from agents.runtime._tail import TailAdapter
-from bus import BriefState, Leases, NatsClient
-from schemas import BriefOp, BriefSnapshot, Domain, Presence, Reply, TaskBrief, WireError
+from bus import Leases, NatsClient
+from schemas import BriefOp, Domain, Presence, Reply, TaskBrief
 
 __all__ = ["Agent", "AgentConfig"]
 
 log = logging.getLogger(__name__)
 
-_BRIEF_STATE_KEY = "brief_snapshot"
 _USER_TURNS_KEY = "user_turns"
 
 
@@ -100,7 +99,8 @@ class Agent:
         self.host: HostAdapter = host or ContextHost(self.context)
         lease = Channel2Lease(self._leases, self.host, domain=config.domain, agent_id=self.id, config=config.channel2)
         self.channel2 = Channel2(self._nudge_store, lease)
-        self.replica = BriefReplica(client, config.domain, resume_from=self._saved_brief())
+        save_config(self.context, config.context)
+        self.replica = BriefReplica(client, config.domain, resume_from=load_brief(self.context))
         self.proposer = Proposer(client, config.domain, agent_id=self.id)
         self._beacon = PresenceBeacon(client, config.domain, self.id, self.presence, interval=config.heartbeat)
         self._band = "quiet"
@@ -247,19 +247,6 @@ class Agent:
             return False
         return True
 
-    def _saved_brief(self) -> BriefState | None:
-        raw = self.context.get_state(_BRIEF_STATE_KEY)
-        if raw is None:
-            return None
-        try:
-            snap = BriefSnapshot.model_validate(json.loads(raw))
-        except (ValueError, WireError) as exc:
-            log.warning("ignoring the saved brief of %s (%s); joining from the bus", self.id, exc)
-            return None
-        return BriefState(snap.brief, snap.seq) if snap.brief.domain == self.domain else None
-
     def _save_brief(self) -> None:
         if self._replica_ready():
-            state = self.replica.state
-            snap = BriefSnapshot(seq=state.seq, brief=state.brief)
-            self.context.set_state(_BRIEF_STATE_KEY, snap.model_dump_json())
+            save_brief(self.context, self.replica.state)

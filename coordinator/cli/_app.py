@@ -71,4 +71,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _register_commands() -> None:
     """Import the command modules; each adds its commands to `app` when imported."""
-    from coordinator.cli import _brief_cmds, _serve_cmds, _status_cmds  # noqa: F401
+    from coordinator.cli import (  # noqa: F401
+        _brief_cmds,
+        _context_cmds,
+        _serve_cmds,
+        _status_cmds,
+    )

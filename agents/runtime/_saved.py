@@ -1,0 +1,81 @@
+"""What an agent keeps in its own store besides its context, so others can read it back.
+
+A restarted agent resumes its brief from here without a full replay, and `ctxbus
+inspect` rebuilds exactly what the agent's model sees from the same file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import sqlite3
+import tempfile
+from contextlib import closing
+from pathlib import Path
+
+from agents.context import ContextConfig, LayerView, LocalContext, StoreError
+from bus import BriefState
+from schemas import BriefSnapshot, Domain, WireError, render_brief
+
+__all__ = ["load_brief", "save_brief", "load_config", "save_config", "inspect_store"]
+
+log = logging.getLogger(__name__)
+
+BRIEF_KEY = "brief_snapshot"
+CONFIG_KEY = "context_config"
+
+
+def load_brief(context: LocalContext) -> BriefState | None:
+    """The brief the agent last saw, or None if there is none (or it is unreadable)."""
+    raw = context.get_state(BRIEF_KEY)
+    if raw is None:
+        return None
+    try:
+        snap = BriefSnapshot.model_validate(json.loads(raw))
+    except (ValueError, WireError) as exc:
+        log.warning("ignoring the saved brief in %s (%s)", context.path, exc)
+        return None
+    return BriefState(snap.brief, snap.seq) if snap.brief.domain == context.domain else None
+
+
+def save_brief(context: LocalContext, state: BriefState) -> None:
+    """Remember `state` so a restart resumes from its sequence."""
+    context.set_state(BRIEF_KEY, BriefSnapshot(seq=state.seq, brief=state.brief).model_dump_json())
+
+
+def save_config(context: LocalContext, config: ContextConfig) -> None:
+    """Record the context settings; the store keeps none otherwise, and a reader needs them."""
+    context.set_state(CONFIG_KEY, json.dumps(dataclasses.asdict(config)))
+
+
+def load_config(context: LocalContext) -> ContextConfig | None:
+    """The settings the agent runs with, if it recorded them."""
+    raw = context.get_state(CONFIG_KEY)
+    if raw is None:
+        return None
+    fields = json.loads(raw)
+    fields["split"] = tuple(fields["split"])
+    return ContextConfig(**fields)
+
+
+def inspect_store(path: Path, domain: Domain) -> tuple[LayerView, ...]:
+    """What the agent's model would see at its next compose, layer by layer.
+
+    Works on a consistent copy of the store (SQLite's backup API), so a running agent's
+    file is never written to and a busy agent is never blocked.
+
+    :raises StoreError: if there is no store at `path`.
+    """
+    if not path.is_file():
+        raise StoreError(f"no agent store at {path}")
+    with tempfile.TemporaryDirectory(prefix="ctxbus-inspect-") as tmp:
+        copy = Path(tmp) / path.name
+        with closing(sqlite3.connect(path)) as source, closing(sqlite3.connect(copy)) as target:
+            source.backup(target)
+        with LocalContext(copy, domain) as probe:
+            config = load_config(probe)
+        with LocalContext(copy, domain, config=config) as context:
+            saved = load_brief(context)
+            brief = render_brief(saved.brief) if saved else None
+            return context.compose("", brief=brief).layers

@@ -1,0 +1,98 @@
+"""Looking at contexts: `ctxbus replay` of recorded sessions, `ctxbus inspect` of an agent."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from agents.context import Tokenizer
+from agents.runtime import ReplayReport, inspect_store, replay_transcript
+from coordinator.cli._app import app
+from coordinator.cli._common import DomainOption, JsonOption, console, default_state_dir, print_json
+from schemas import Domain
+
+__all__: list[str] = []
+
+
+@app.command(rich_help_panel="Context")
+def replay(
+    files: Annotated[
+        list[Path],
+        typer.Argument(exists=True, dir_okay=False, readable=True, metavar="FILE.jsonl...", help="Transcripts, one message per line."),
+    ],
+    budget: Annotated[int, typer.Option("--budget", "-b", min=4096, help="Context window in tokens.")] = 16_000,
+    as_json: JsonOption = False,
+) -> None:
+    """Run recorded sessions through a local context: savings, bands, what was trimmed.
+
+    Takes the JSON Lines format of shared/anchors/transcripts: one object per line with
+    role (system, user, assistant, tool), content, tool_name and tool_call_id. The context
+    composes before every assistant message, as an agent would, and compares each prompt
+    with sending the full history.
+    """
+    tokenizer = Tokenizer.load()
+    reports: list[ReplayReport] = []
+    with tempfile.TemporaryDirectory(prefix="ctxbus-replay-") as tmp:
+        for i, path in enumerate(files):
+            if not as_json:
+                console.print(f"[dim]replaying {path.name}...[/]")
+            reports.append(replay_transcript(path, budget=budget, store=Path(tmp) / f"{i}.db", tokenizer=tokenizer))
+    if as_json:
+        print_json([r.as_dict() for r in reports])
+        return
+    table = Table(title=f"replay at a {budget:,}-token window", show_edge=False)
+    for column in ("session", "messages", "mean prompt", "mean full history", "saved", "highest band", "trims"):
+        table.add_column(column, justify="left" if column in ("session", "highest band", "trims") else "right")
+    for r in reports:
+        trims = ", ".join(f"{n} {what}" for what, n in r.trims.most_common(3)) or "none"
+        table.add_row(
+            Path(r.file).name,
+            f"{r.messages:,}",
+            f"{r.mean_prompt:,.0f}",
+            f"{r.mean_history:,.0f}",
+            f"{r.saving:.0%}",
+            r.highest_band,
+            trims,
+        )
+    console.print(table)
+
+
+@app.command(rich_help_panel="Context")
+def inspect(
+    agent: Annotated[str, typer.Argument(help="The agent's id.")],
+    domain: DomainOption,
+    store: Annotated[
+        Path | None, typer.Option(help="The agent's SQLite file [default: <state dir>/agents/USER/SESSION/TASK/AGENT.db].")
+    ] = None,
+    full: Annotated[bool, typer.Option("--full", help="Print every item in full, not just its first line.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Show what an agent's model sees, layer by layer, with token counts.
+
+    Reads a consistent copy of the agent's store, so a running agent is not disturbed.
+    """
+    path = store or agent_store(domain, agent)
+    layers = inspect_store(path, domain)
+    if as_json:
+        print_json([
+            {"layer": v.name, "budget": v.budget, "tokens": v.tokens,
+             "items": [{"tag": i.tag, "kind": i.kind, "tokens": i.tokens, "text": i.text} for i in v.items]}
+            for v in layers
+        ])
+        return
+    for view in layers:
+        console.rule(f"{view.name}: {view.tokens:,} / {view.budget:,} tokens, {len(view.items)} items")
+        for item in view.items:
+            text = item.text if full else (item.text.splitlines() or [""])[0][:160]
+            tag = f"§{item.tag}§ " if item.tag is not None else ""
+            console.print(f"[dim]{tag}{item.kind} ({item.tokens:,})[/] {escape(text)}")
+
+
+def agent_store(domain: Domain, agent: str) -> Path:
+    """Where an agent started by ctxbus keeps its SQLite file."""
+    return default_state_dir() / "agents" / domain.user / domain.session / domain.task / f"{agent}.db"
