@@ -6,12 +6,10 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import Self
 
-import anyio.to_thread
-
 from bus._errors import ServerError
+from bus._lifecycle import ProcessGroup
 from bus._server import DEFAULT_START_TIMEOUT, ClusterRoutes, EmbeddedServer, free_port
 
 __all__ = ["LoopbackCluster"]
@@ -19,7 +17,7 @@ __all__ = ["LoopbackCluster"]
 _META_LEADER_LINE = "metadata leader"
 
 
-class LoopbackCluster:
+class LoopbackCluster(ProcessGroup):
     """`size` JetStream nodes on 127.0.0.1, routed to each other, sharing nothing else.
 
     Each node keeps its own data dir and port across restarts, so a killed node can be
@@ -87,23 +85,6 @@ class LoopbackCluster:
             node.stop()
         if self._owns_base_dir:
             shutil.rmtree(self.base_dir, ignore_errors=True)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> Self:
-        return await anyio.to_thread.run_sync(self.start)
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(self.stop)
 
     def _wait_for_leader(self, offsets: list[int]) -> None:
         deadline = time.monotonic() + self.start_timeout

@@ -19,12 +19,10 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Final, Self
 
-import anyio.to_thread
-
 from bus._errors import ServerError
+from bus._lifecycle import ProcessGroup
 
 __all__ = ["EmbeddedServer", "find_nats_server", "free_port", "DEFAULT_SYNC_INTERVAL"]
 
@@ -80,7 +78,7 @@ class ClusterRoutes:
     peers: tuple[int, ...]
 
 
-class EmbeddedServer:
+class EmbeddedServer(ProcessGroup):
     """A `nats-server` child process with JetStream, bound to loopback.
 
     Usable as a sync or async context manager, or with `start()`/`stop()`. After the
@@ -282,23 +280,6 @@ class EmbeddedServer:
             self._process.send_signal(signal.SIGTERM)
             self._process.wait(DEFAULT_STOP_TIMEOUT)
         self.start()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> Self:
-        return await anyio.to_thread.run_sync(self.start)
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(self.stop)
 
     # -- internals -----------------------------------------------------------------------
 
