@@ -7,11 +7,12 @@ hashes would differ; so that logic lives here, once, below both of them.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import time
 from collections.abc import AsyncGenerator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from nats.aio.client import Client
@@ -58,6 +59,8 @@ class BriefState:
 
     brief: TaskBrief
     seq: int
+    behind: int = field(default=0, compare=False)
+    """Log entries known to follow `seq` and not applied yet (from the follower)."""
 
     @property
     def domain(self) -> Domain:
@@ -119,7 +122,7 @@ class BriefLog:
         try:
             async for entry in follower:
                 state = self.apply_entry(state, entry)
-                yield state
+                yield dataclasses.replace(state, behind=entry.pending or 0)
         finally:
             await follower.aclose()
 

@@ -86,6 +86,8 @@ class LogEntry:
     payload: bytes
     msg_id: str | None
     time: datetime | None = field(default=None, compare=False)
+    pending: int | None = field(default=None, compare=False)
+    """Entries after this one that `follow` has not delivered yet (None outside `follow`)."""
 
 
 class TxLog:
@@ -230,6 +232,7 @@ class TxLog:
                         payload=msg.data,
                         msg_id=(msg.headers or {}).get(MSG_ID),
                         time=meta.timestamp,
+                        pending=meta.num_pending,
                     )
             finally:
                 with anyio.CancelScope(shield=True):

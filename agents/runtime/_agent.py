@@ -221,6 +221,7 @@ class Agent:
             tail_tokens=measure.t if measure else 0,
             prompt_tokens=self._last_prompt_tokens,
             brief_revision=revision,
+            lag=self.replica.state.behind if self._replica_ready() else 0,
         )
 
     def status(self) -> dict[str, object]:

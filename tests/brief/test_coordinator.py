@@ -12,7 +12,7 @@ import pytest
 from anyio.abc import TaskGroup
 
 from agents.brief import BriefReplica, Proposer
-from bus import BriefLog, BusConfig, NatsClient, Verb, connect, request, subject
+from bus import BriefLog, BriefState, BusConfig, NatsClient, Verb, connect, request, subject
 from coordinator import GLOBAL_DLQ, METRICS_SUBJECT, STATUS_SUBJECT, Coordinator, CoordinatorConfig
 from schemas import (
     AddDecision,
@@ -28,6 +28,7 @@ from schemas import (
     RejectionCode,
     ReplyAdapter,
     SetGoal,
+    TaskBrief,
     brief_hash,
 )
 
@@ -169,3 +170,40 @@ async def test_closed_domain_refuses_everything(running: tuple[NatsClient, TaskG
     refused = await agent.propose(AddPending(text="more"))
     assert isinstance(refused, Rejection) and refused.code is RejectionCode.DOMAIN_CLOSED
     assert await agent.propose(Close(reason="shipped"), key="close") == Committed(revision=1, duplicate=True)
+
+
+async def test_closed_domain_is_purged_after_the_grace(nats_url: str) -> None:
+    client = await connect(BusConfig(servers=[nats_url]))
+    domain = _domain()
+    async with anyio.create_task_group() as tg:
+        await tg.start(Coordinator(client, CoordinatorConfig(coordinator_id="c2", close_grace=0.5, snapshot_every=1)).run)
+        agent = Proposer(client, domain, agent_id="a")
+        await agent.propose(AddPending(text="last thing"))
+        assert await agent.propose(Close(reason="done")) == Committed(revision=2)
+        log = BriefLog(client)
+        assert (await log.load(domain)).brief.is_closed
+        with anyio.fail_after(10):
+            while (await log.txlog.last_seq(subject(domain, Verb.TX))) != 0:
+                await anyio.sleep(0.1)
+        assert (await log.load_snapshot(domain)).seq == 0
+        assert (await log.load(domain)).brief.revision == 0
+        tg.cancel_scope.cancel()
+    await client.close()
+
+
+async def test_follow_reports_how_far_behind_it_is(running: tuple[NatsClient, TaskGroup]) -> None:
+    client, _ = running
+    domain = _domain()
+    agent = Proposer(client, domain, agent_id="a")
+    for i in range(30):
+        await agent.propose(AddPending(text=f"item {i}"))
+    log = BriefLog(client)
+    follower = log.follow(BriefState(TaskBrief(domain=domain), 0))
+    seen = []
+    async for state in follower:
+        seen.append((state.brief.revision, state.behind))
+        if state.behind == 0:
+            break
+    await follower.aclose()
+    assert seen[0] == (1, 29)
+    assert seen[-1] == (30, 0)
