@@ -53,7 +53,9 @@ def test_only_bus_touches_nats(path: Path) -> None:
     assert "nats" not in _imports(path), f"{rel} imports nats; go through bus instead"
 
 
-@pytest.mark.parametrize("package", ["schemas", "bus", "agents.context", "agents.nudges"])
+@pytest.mark.parametrize(
+    "package", ["schemas", "bus", "agents.context", "agents.nudges", "agents.brief", "agents.runtime", "agents.mcp", "coordinator"]
+)
 def test_public_names_exist_and_are_listed(package: str) -> None:
     module = importlib.import_module(package)
     exported = getattr(module, "__all__", None)

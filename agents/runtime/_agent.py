@@ -35,7 +35,7 @@ from agents.nudges import (
 from agents.runtime._host import ContextHost
 from agents.runtime._saved import load_brief, save_brief, save_config
 from agents.runtime._tail import TailAdapter
-from bus import Leases, NatsClient
+from bus import BusError, Leases, NatsClient
 from schemas import BriefOp, Domain, Presence, Reply, TaskBrief
 
 __all__ = ["Agent", "AgentConfig"]
@@ -146,7 +146,8 @@ class Agent:
         """Record a tool's output and return it as the model should see it.
 
         Measures the tail, lets Channel 1 append a reminder if one is due, and lets
-        Channel 2 deliver its message if this cycle needs one.
+        Channel 2 deliver its message if this cycle needs one. A bus outage only
+        postpones Channel 2; it never fails the tool call.
         """
         self.context.add("tool", output, tool_name=tool_name, call_id=call_id)
         measure = self.measure()
@@ -155,7 +156,13 @@ class Agent:
         outcome = await anyio.to_thread.run_sync(
             lambda: self.channel1.after_tool_call(tool_name, measure, user_turn=self.user_turns)
         )
-        delivery = await self.channel2.observe(measure)
+        try:
+            delivery = await self.channel2.observe(measure)
+        except BusError as exc:
+            # The tool ran and Channel 1 already counted its reminder as shown, so the
+            # result must still go out with it; Channel 2 tries again on the next call.
+            log.warning("Channel 2 skipped for %s: %s", self.id, exc)
+            delivery = None
         text = f"{output}\n{outcome.text}" if outcome.text else output
         return ToolOutcome(text, measure, delivery)
 

@@ -74,6 +74,7 @@ def _register_commands() -> None:
     from coordinator.cli import (  # noqa: F401
         _brief_cmds,
         _context_cmds,
+        _mcp_cmds,
         _serve_cmds,
         _status_cmds,
     )

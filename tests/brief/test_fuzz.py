@@ -19,7 +19,7 @@ from schemas import AddNote, Committed, Domain, Envelope, MessageType, Rejection
 
 DOMAIN = Domain.parse(f"fuzz/s/{uuid.uuid4().hex[:8]}")
 
-scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=40) | st.binary(max_size=40)
+scalars = st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False) | st.text(max_size=40) | st.binary(max_size=40)
 values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=8)
 ops = st.sampled_from(
     ["set_goal", "add_pending", "complete", "add_decision", "reject", "reopen", "add_constraint",

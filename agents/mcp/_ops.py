@@ -1,0 +1,64 @@
+"""Brief operations as an MCP client sends them: a plain JSON object, checked here.
+
+The tool takes the op as an object rather than as pydantic's discriminated union, so
+the input schema stays flat enough for every client and a bad op comes back as one
+sentence the model can act on, not as a validation dump. The menu in the tool
+description is generated from the op models, so it cannot drift from `schemas`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final, get_args
+
+from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
+
+from schemas import BriefOp, BriefOpAdapter, FoldDone, UsageError
+
+__all__ = ["AGENT_OPS", "BadOp", "op_menu", "parse_op"]
+
+AGENT_OPS: Final[dict[str, type[BaseModel]]] = {
+    model.model_fields["op"].default: model
+    for model in get_args(get_args(BriefOp)[0])
+    if model is not FoldDone  # issued by the coordinator when the brief is over budget
+}
+"""The operations an agent may propose, by their `op` tag."""
+
+
+class BadOp(UsageError):
+    """Raised when a proposed op is not one an agent may send, or its fields are wrong."""
+
+
+def op_menu() -> str:
+    """One line per op: its tag, its fields (`?` = optional) and what it does."""
+    lines = []
+    for tag, model in AGENT_OPS.items():
+        fields = ", ".join(
+            name if field.is_required() else f"{name}?" for name, field in model.model_fields.items() if name != "op"
+        )
+        doc = (model.__doc__ or "").strip().splitlines()[0]
+        lines.append(f"- {tag} {{{fields}}}: {doc}")
+    return "\n".join(lines)
+
+
+def parse_op(raw: Mapping[str, Any]) -> BriefOp:
+    """Validate one op object.
+
+    :raises BadOp: naming the unknown tag or the fields at fault, and the fix.
+    """
+    tag = raw.get("op")
+    if not isinstance(tag, str) or tag not in AGENT_OPS:
+        known = ", ".join(AGENT_OPS)
+        what = "has no 'op' field" if tag is None else f"has an unknown op {tag!r}"
+        raise BadOp(f"the op {what}; use one of: {known}")
+    try:
+        return BriefOpAdapter.validate_python(dict(raw))
+    except ValidationError as exc:
+        problems = "; ".join(_describe(error) for error in exc.errors(include_url=False))
+        raise BadOp(f"bad {tag} op: {problems}") from None
+
+
+def _describe(error: ErrorDetails) -> str:
+    where = ".".join(str(part) for part in error["loc"][1:]) or "op"  # loc[0] is the tag
+    return f"{where}: {error['msg']}"

@@ -1,0 +1,81 @@
+"""Running one agent's MCP server over stdio, from connect to a clean close."""
+
+from __future__ import annotations
+
+import logging
+import signal
+
+import anyio
+from anyio import CancelScope
+
+from agents.context import ContextConfig
+from agents.mcp._host import McpHost
+from agents.mcp._server import build_server
+from agents.runtime import Agent, AgentConfig
+from bus import BusConfig, connect
+from schemas import CtxbusError
+
+__all__ = ["host_context", "serve_stdio"]
+
+log = logging.getLogger(__name__)
+
+
+def host_context(window: int) -> ContextConfig:
+    """Context settings that mirror an MCP host with a `window`-token model.
+
+    The host keeps every tool result whole in its transcript, so nothing is shown in
+    compact form (the archive threshold is the window); the full text is still
+    searchable and readable.
+    """
+    return ContextConfig(window=window, archive_threshold=window)
+
+
+async def serve_stdio(bus: BusConfig, config: AgentConfig) -> None:
+    """Serve the agent of `config` on stdin/stdout until the client hangs up or SIGINT/SIGTERM.
+
+    Nothing is written to stdout but MCP messages; logs go to stderr.
+
+    :raises BusUnavailable: if NATS cannot be reached.
+    :raises CtxbusError: if the agent cannot join its domain (the first one, when
+        several tasks fail together).
+    """
+    client = await connect(bus)
+    try:
+        host = McpHost()
+        agent = Agent(client, config, host=host)
+        host.attach(agent.context)
+        try:
+            async with anyio.create_task_group() as tg:
+                await tg.start(agent.run)
+                tg.start_soon(_cancel_on_signal, tg.cancel_scope)
+                log.info("serving %s on %s over stdio", agent.id, agent.domain)
+                await build_server(agent, host).run_stdio_async()
+                tg.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            found = _first_ctxbus_error(group)
+            if found is None:
+                raise
+            raise found from group
+        finally:
+            agent.close()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await client.close()
+
+
+async def _cancel_on_signal(scope: CancelScope) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            log.info("%s: stopping", signal.Signals(signum).name)
+            scope.cancel()
+            return
+
+
+def _first_ctxbus_error(group: BaseExceptionGroup[BaseException]) -> CtxbusError | None:
+    """A task group's `CtxbusError`, so the CLI can print it as one line."""
+    for exc in group.exceptions:
+        if isinstance(exc, CtxbusError):
+            return exc
+        if isinstance(exc, BaseExceptionGroup) and (found := _first_ctxbus_error(exc)):
+            return found
+    return None

@@ -1,0 +1,69 @@
+"""The MCP server object: tools, the brief resource, and what the client's model is told."""
+
+from __future__ import annotations
+
+import inspect
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp.types import ToolAnnotations
+
+from agents.mcp._calls import ToolCalls
+from agents.mcp._host import McpHost
+from agents.mcp._tools import AgentTools
+from agents.runtime import Agent
+
+__all__ = ["brief_uri", "build_server"]
+
+_INSTRUCTIONS = """\
+You are agent {agent} on task {domain}, one of possibly several agents sharing one task brief.
+Read the brief (brief_get, or the resource {uri}) before you start and whenever you need
+the goal, constraints, decisions or rejected options. Record what others must know with
+brief_propose: decisions, rejected options with the reason, constraints, progress.
+Results of these tools start with a tag like §12§. When a result carries a
+<system-reminder> about releasable output, call ctx_reduce with the tags you are done with;
+ctx_search and ctx_read bring anything back."""
+
+_READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
+"""brief_get, ctx_search, ctx_read, ctx_status change nothing but the agent's own bookkeeping."""
+
+
+def brief_uri(agent: Agent) -> str:
+    """`ctxbus://brief/user/session/task`: the brief of the agent's domain."""
+    return f"ctxbus://brief/{agent.domain}"
+
+
+def build_server(agent: Agent, host: McpHost) -> MCPServer[Any]:
+    """An MCP server whose tools act as `agent`; `host` must be the agent's Channel 2 host."""
+    uri = brief_uri(agent)
+    tools = AgentTools(agent, ToolCalls(agent, host))
+    server: MCPServer[Any] = MCPServer(
+        name="ctxbus",
+        title=f"ctxbus agent {agent.id} on {agent.domain}",
+        instructions=_INSTRUCTIONS.format(agent=agent.id, domain=agent.domain, uri=uri),
+        version=_version(),
+    )
+    for tool, annotations in (
+        (tools.brief_get, _READ_ONLY),
+        (tools.brief_propose, ToolAnnotations(destructive_hint=False, open_world_hint=False)),
+        (tools.ctx_search, _READ_ONLY),
+        (tools.ctx_read, _READ_ONLY),
+        (tools.ctx_reduce, ToolAnnotations(destructive_hint=False, idempotent_hint=True, open_world_hint=False)),
+        (tools.ctx_status, _READ_ONLY),
+    ):
+        server.add_tool(tool, description=inspect.getdoc(tool), annotations=annotations)
+
+    @server.resource(uri, name="brief", title=f"Task brief of {agent.domain}", mime_type="text/plain")
+    def brief() -> str:
+        """The shared brief as every agent on the task holds it (read-only; change it with brief_propose)."""
+        return tools.brief_text()
+
+    return server
+
+
+def _version() -> str:
+    try:
+        return version("ctxbus")
+    except PackageNotFoundError:
+        return "0"

@@ -1,0 +1,74 @@
+"""`ctxbus mcp`: one agent's tools for an MCP client (Claude Code, Cursor, ...), over stdio.
+
+stdout carries the MCP protocol, so this command prints nothing there: logs and errors
+go to stderr.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from agents.context import ContextConfig
+from agents.mcp import host_context, serve_stdio
+from agents.runtime import AgentConfig
+from coordinator.cli._app import app
+from coordinator.cli._common import DEFAULT_NATS_URL, DomainOption, NatsOption, bus_config, default_state_dir, run_async
+from schemas import Domain, InvalidDomain, validate_token
+
+__all__: list[str] = []
+
+_DEFAULT_WINDOW = ContextConfig().window
+
+
+def _agent_name(value: str) -> str:
+    try:
+        return validate_token(value, field="agent name")
+    except InvalidDomain as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+@app.command(rich_help_panel="Agents")
+def mcp(
+    domain: DomainOption,
+    agent: Annotated[
+        str,
+        typer.Option(
+            "--agent",
+            "-a",
+            envvar="CTXBUS_AGENT",
+            callback=_agent_name,
+            help="This agent's name on the task (letters, digits, '_', '-'); one server per name.",
+        ),
+    ],
+    nats: NatsOption = DEFAULT_NATS_URL,
+    store: Annotated[
+        Path | None,
+        typer.Option(
+            "--store",
+            dir_okay=False,
+            help="The agent's SQLite file \\[default: <state dir>/agents/USER/SESSION/TASK/AGENT.db].",
+        ),
+    ] = None,
+    window: Annotated[
+        int, typer.Option("--window", min=8_192, metavar="TOKENS", help="The client model's context window.")
+    ] = _DEFAULT_WINDOW,
+) -> None:
+    """Serve an agent's brief and context tools to an MCP client over stdio.
+
+    Add it to the client's config as a command, e.g. `ctxbus mcp -d alice/s1/t1 -a claude`.
+    Every server on the same domain shares one brief; a coordinator (`ctxbus up`) must run.
+    """
+    config = AgentConfig(
+        agent_id=agent,
+        domain=domain,
+        store=store or _default_store(domain, agent),
+        context=host_context(window),
+    )
+    run_async(serve_stdio, bus_config(nats, name=f"ctxbus-mcp-{agent}"), config)
+
+
+def _default_store(domain: Domain, agent: str) -> Path:
+    return default_state_dir().joinpath("agents", *domain.tokens, f"{agent}.db")
