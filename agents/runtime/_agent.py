@@ -8,6 +8,7 @@ brief in step and its text goes into every compose as the pinned brief block.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,7 @@ __all__ = ["Agent", "AgentConfig"]
 log = logging.getLogger(__name__)
 
 _USER_TURNS_KEY = "user_turns"
+_QUEUED_KEY = "queued_drops"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,7 +94,7 @@ class Agent:
         usable = config.context.window - config.context.reserve_system - config.context.reserve_output
         self._walker = HygieneWalker(self.context.tokenizer, protected_floor=protected_floor(usable))
         self._adapter = TailAdapter()
-        self._queued: set[int] = set()
+        self._queued: set[int] = set(json.loads(self.context.get_state(_QUEUED_KEY) or "[]"))
         self._last_prompt_tokens = 0
         self.channel1 = Channel1(self._nudge_store)
         self._leases = Leases(client)
@@ -185,6 +187,8 @@ class Agent:
         plan = plan_drops(drop, tags, protected=measure.protected, queued=frozenset(self._queued))
         if plan.queued:
             self._queued.update(plan.queued)
+            # Kept with the grace period it starts, so a restart resumes both together.
+            self.context.set_state(_QUEUED_KEY, json.dumps(sorted(self._queued)))
             self.channel1.after_reduce(self.measure())
         return plan
 
@@ -193,6 +197,7 @@ class Agent:
         if self._queued:
             self.context.drop(sorted(self._queued))
             self._queued.clear()
+            self.context.set_state(_QUEUED_KEY, "[]")
         composition = self.context.compose(user_input, brief=self._brief_text())
         self._last_prompt_tokens = composition.report.total
         return composition

@@ -111,3 +111,24 @@ async def test_brief_block_reaches_the_prompt_and_survives_restart(
     await tg.start(again.run)
     await again.replica.wait_for(3, timeout=5)
     assert again.replica.hash == other.replica.hash
+
+
+async def test_queued_drops_survive_a_restart(bus: tuple[NatsClient, TaskGroup], tmp_path: Path) -> None:
+    client, _ = bus
+    domain = Domain.parse(f"rt/s3/{uuid.uuid4().hex[:8]}")
+    agent = _agent(client, domain, tmp_path)
+    agent.user("Find the slow handler.")
+    for i in range(12):
+        agent.assistant("grep", tool_name="grep", call_id=f"c{i}")
+        await agent.tool_result("grep", _output(i), call_id=f"c{i}")
+    plan = agent.ctx_reduce("3,5")
+    assert plan.queued == (3, 5)
+    u_before_restart = agent.measure().u
+    agent.close()
+    again = _agent(client, domain, tmp_path)
+    assert again.status()["queued_drops"] == [3, 5]
+    assert again.measure().u == u_before_restart
+    again.compose("go on")
+    assert {t.tag: t.state for t in again.context.tail()}[3] == "dropped"
+    assert again.status()["queued_drops"] == []
+    again.close()
