@@ -77,4 +77,5 @@ def _register_commands() -> None:
         _mcp_cmds,
         _serve_cmds,
         _status_cmds,
+        _swarm_cmds,
     )

@@ -1,0 +1,48 @@
+"""The swarm runner: N agent processes on one task, driven by a built-in scenario.
+
+`ctxbus swarm demo` uses it to show every feature at once on the embedded NATS: long
+tool outputs, pinned constraints, a shared brief with a rejected option, nudges up to
+Channel 2, `ctx_reduce`, and an agent killed and restarted from its own store. The
+caller provides the NATS server and the coordinator (see DESIGN section 2).
+"""
+
+from agents.swarm._config import (
+    DEFAULT_AGENTS,
+    DEFAULT_DEADLINE,
+    DEFAULT_STEP_DELAY,
+    DEFAULT_STEPS,
+    MAX_AGENTS,
+    InvalidSwarmConfig,
+    SwarmConfig,
+    SwarmError,
+    check_settings,
+)
+from agents.swarm._events import AgentResult, Channel2Cycle, Note, Progress, Refusal, Tally
+from agents.swarm._report import AgentReport, SwarmRefusal, SwarmReport
+from agents.swarm._runner import AgentStatus, SwarmRunner
+from agents.swarm._scenario import GOAL, REJECTED_OPTION
+
+__all__ = [
+    "DEFAULT_AGENTS",
+    "DEFAULT_DEADLINE",
+    "DEFAULT_STEPS",
+    "DEFAULT_STEP_DELAY",
+    "GOAL",
+    "MAX_AGENTS",
+    "REJECTED_OPTION",
+    "AgentReport",
+    "AgentResult",
+    "AgentStatus",
+    "Channel2Cycle",
+    "InvalidSwarmConfig",
+    "Note",
+    "Progress",
+    "Refusal",
+    "SwarmConfig",
+    "SwarmError",
+    "SwarmRefusal",
+    "SwarmReport",
+    "SwarmRunner",
+    "Tally",
+    "check_settings",
+]

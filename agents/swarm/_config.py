@@ -1,0 +1,96 @@
+"""Settings of one swarm demo run, checked where they are made."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from agents.swarm._scenario import ADOPTER, MIN_STEPS, agent_name
+from schemas import CtxbusError, Domain, UsageError
+
+__all__ = [
+    "DEFAULT_AGENTS",
+    "DEFAULT_DEADLINE",
+    "DEFAULT_STEPS",
+    "DEFAULT_STEP_DELAY",
+    "MAX_AGENTS",
+    "InvalidSwarmConfig",
+    "SwarmConfig",
+    "SwarmError",
+    "check_settings",
+]
+
+DEFAULT_AGENTS: Final = 3
+MAX_AGENTS: Final = 8
+"""Each agent is a process tokenizing ~3k-token outputs: more than this crowds 2 cores."""
+DEFAULT_STEPS: Final = 75
+"""Enough for two Channel 2 cycles per agent."""
+DEFAULT_STEP_DELAY: Final = 0.25
+"""Seconds the scripted model 'thinks' per step: keeps the live view watchable."""
+DEFAULT_DEADLINE: Final = 300.0
+
+
+class SwarmError(CtxbusError):
+    """Raised when a swarm run fails: it does not finish in time, or cannot start."""
+
+
+class InvalidSwarmConfig(SwarmError, UsageError):
+    """Raised for an out-of-range setting; `option` names the command-line flag."""
+
+    def __init__(self, option: str, message: str) -> None:
+        super().__init__(f"{option}: {message}")
+        self.option = option
+        self.message = message
+
+
+def check_settings(*, agents: int, steps: int, step_delay: float, kill_at: int | None) -> None:
+    """Check the numbers of a run before anything is started.
+
+    :raises InvalidSwarmConfig: naming the flag and the offending value.
+    """
+    if not 2 <= agents <= MAX_AGENTS:
+        raise InvalidSwarmConfig(
+            "--agents",
+            f"must be between 2 and {MAX_AGENTS}, got {agents} (one agent rejects an option and "
+            "another tries to adopt it, so a swarm needs at least two)",
+        )
+    if steps < MIN_STEPS:
+        raise InvalidSwarmConfig("--steps", f"must be at least {MIN_STEPS}, got {steps} (Channel 2 needs a long tail)")
+    if step_delay < 0:
+        raise InvalidSwarmConfig("--step-delay", f"must be 0 or more seconds, got {step_delay}")
+    if kill_at is not None and not 0 < kill_at < steps:
+        raise InvalidSwarmConfig("--kill-at", f"must be between 1 and {steps - 1} (steps - 1), got {kill_at}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SwarmConfig:
+    """One demo run: where, how many agents, how long, whom to kill and when.
+
+    :raises InvalidSwarmConfig: for out-of-range values, naming the flag.
+    """
+
+    nats_url: str
+    domain: Domain
+    data_dir: Path
+    """Holds `agents/<agent>.db` (each agent's store) and `agents/<agent>.log`."""
+    agents: int = DEFAULT_AGENTS
+    steps: int = DEFAULT_STEPS
+    step_delay: float = DEFAULT_STEP_DELAY
+    kill_at: int | None = None
+    """Steps the victim completes before its SIGKILL; 40% of `steps` by default."""
+    deadline: float = DEFAULT_DEADLINE
+
+    def __post_init__(self) -> None:
+        check_settings(agents=self.agents, steps=self.steps, step_delay=self.step_delay, kill_at=self.kill_at)
+
+    @property
+    def victim(self) -> str:
+        """The agent that is killed and restarted: the one that later re-proposes the
+        rejected option, so its refusal also shows that it came back with its brief."""
+        return agent_name(ADOPTER)
+
+    @property
+    def victim_kill_at(self) -> int:
+        """Steps the victim completes before its SIGKILL."""
+        return self.kill_at if self.kill_at is not None else self.steps * 2 // 5

@@ -1,0 +1,204 @@
+"""The scripted "model": plays one agent's turns against the real ctxbus runtime.
+
+No LLM is involved, but everything around the model is real: the prompt is composed by
+the context engine, reminders arrive in tool output (Channel 1) or as a synthetic user
+message (Channel 2), and the model reacts the way a diligent agent would, by calling
+`ctx_reduce` on the tags it was pointed at. Proposals go to the real coordinator.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Final, TypeVar
+
+import anyio
+
+from agents.nudges import REDUCE_TOOL_NAME, REMINDER_OPEN, DeliveryOutcome, DropSpecError, TailMeasure
+from agents.runtime import Agent
+from agents.swarm._corpus import tool_output
+from agents.swarm._events import Refusal, Tally
+from agents.swarm._scenario import AdoptRejected, CompleteMine, Intent, Propose, Step, pending_text
+from schemas import AddDecision, Committed, Complete, Rejection, RejectionCode, normalize
+
+__all__ = ["ScriptedModel"]
+
+_TAG = re.compile(r"§(\d+)§")
+_BRIEF_WAIT: Final = 20.0
+"""Seconds to wait for another agent's commit to reach this replica."""
+_SENT: Final = frozenset({DeliveryOutcome.SENT, DeliveryOutcome.RECOVERED})
+
+T = TypeVar("T")
+
+
+class ScriptedModel:
+    """Runs `Step`s for one agent; `say` receives one line per notable event."""
+
+    def __init__(self, agent: Agent, tally: Tally, *, index: int, say: Callable[[int, str], None]) -> None:
+        self.agent = agent
+        self.tally = tally
+        self.index = index
+        self.prompt_tokens = 0
+        self._say = say
+        # Call ids differ per process: a call cut short by a SIGKILL stays an orphan, as
+        # it would for a real agent, instead of sharing its id with the re-run call.
+        self._calls = f"{agent.id}-p{tally.starts}"
+
+    async def run_step(self, step: Step) -> TailMeasure:
+        """One turn: read the user, compose, act on what the prompt says, call a tool.
+
+        Returns the tail as it stands at the end of the turn.
+        """
+        n = step.number
+        if step.user:
+            self.agent.user(step.user)
+        composition = self.agent.compose()
+        self.prompt_tokens = composition.report.total
+        self.tally.peak_prompt_tokens = max(self.tally.peak_prompt_tokens, self.prompt_tokens)
+        await self._answer_channel2(n)
+        self.agent.assistant(step.thought)
+        await self._call(n, step.tool, step.argument)
+        for i, intent in enumerate(step.intents):
+            await self._pursue(n, i, intent)
+        return self.agent.measure()
+
+    # -- tools -----------------------------------------------------------------------------
+
+    async def _call(self, n: int, tool: str, argument: str) -> None:
+        call_id = f"{self._calls}-{n}"
+        self.agent.assistant(f'<tool_call name="{tool}">{argument}</tool_call>', tool_name=tool, call_id=call_id)
+        output = tool_output(tool, argument, seed=f"{self.agent.id}/{n}")
+        tag = self.agent.context.next_tag
+        outcome = await self.agent.tool_result(tool, output, call_id=call_id)
+        self._note_band(str(outcome.measure.band))
+        if outcome.delivery is not None and outcome.delivery.outcome in _SENT:
+            self._say(
+                n,
+                f"Channel 2: synthetic message delivered for cycle {outcome.delivery.cycle} ({outcome.delivery.outcome})",
+            )
+        reminder = outcome.text[len(output) :]
+        if REMINDER_OPEN.strip() in reminder:
+            self.tally.reminders += 1
+            hinted = _tags(reminder)
+            self._say(n, f"Channel 1 ({outcome.measure.band}): reminder names {_spec(hinted) or 'no tags'}")
+            if hinted:
+                await self._reduce(n, hinted, why="Channel 1 reminder")
+        if self.agent.context.message(tag).state == "archived":
+            await self._dig(n, tag)
+
+    async def _dig(self, n: int, tag: int) -> None:
+        """The prompt shows the archived log compact; find the failure without loading it."""
+        hits = self.agent.search("TimeoutError lock released", limit=3)
+        self.tally.searches += 1
+        listing = "\n".join(f"§{h.tag}§ {h.tool_name or h.kind} ({h.layer}) {h.snippet}" for h in hits) or "no hits"
+        await self._record("ctx_search", '{"query": "TimeoutError lock released"}', listing, f"{self._calls}-{n}-s")
+        lines = self.agent.read(tag, query="TimeoutError")
+        self.tally.reads += 1
+        await self._record("ctx_read", f'{{"ref": {tag}, "query": "TimeoutError"}}', lines, f"{self._calls}-{n}-r")
+        self._say(n, f"archived CI log §{tag}§: found the failure with ctx_search + ctx_read")
+
+    async def _record(self, tool: str, args: str, output: str, call_id: str) -> None:
+        self.agent.assistant(f'<tool_call name="{tool}">{args}</tool_call>', tool_name=tool, call_id=call_id)
+        await self.agent.tool_result(tool, output, call_id=call_id)
+
+    # -- nudges ----------------------------------------------------------------------------
+
+    async def _answer_channel2(self, n: int) -> None:
+        """A Channel 2 message in the prompt asks for a prune before anything else."""
+        fresh = [
+            m for m in self.agent.context.messages() if m.kind == "synthetic" and m.tag > self.tally.handled_synthetic
+        ]
+        if not fresh:
+            return
+        self.tally.handled_synthetic = max(m.tag for m in fresh)
+        spent = {
+            item.tag
+            for item in self.agent.context.tail()
+            if item.kind == "tool_result" and item.state == "active" and not item.protected
+            and not (item.tool_name or "").startswith("ctx_")
+        }  # fmt: skip
+        hinted = [tag for m in fresh for tag in _tags(m.content)]
+        await self._reduce(n, sorted(spent | set(hinted)), why="Channel 2 message")
+
+    async def _reduce(self, n: int, tags: list[int], *, why: str) -> None:
+        spec = _spec(tags)
+        call_id = f"{self._calls}-{n}-reduce{self.tally.reduces}"
+        self.agent.assistant(f'<tool_call name="{REDUCE_TOOL_NAME}">{{"drop": "{spec}"}}</tool_call>',
+                             tool_name=REDUCE_TOOL_NAME, call_id=call_id)  # fmt: skip
+        try:
+            plan = self.agent.ctx_reduce(spec)
+        except DropSpecError as exc:
+            self.tally.unexpected.append(f"step {n}: ctx_reduce({spec!r}) failed: {exc}")
+            await self.agent.tool_result(REDUCE_TOOL_NAME, f"error: {exc}", call_id=call_id)
+            return
+        await self.agent.tool_result(REDUCE_TOOL_NAME, plan.summary(), call_id=call_id)
+        self.tally.reduces += 1
+        self.tally.dropped += len(plan.queued)
+        self._say(n, f"ctx_reduce after {why}: {len(plan.queued)} outputs queued, {len(plan.deferred)} deferred")
+
+    def _note_band(self, band: str) -> None:
+        if band not in self.tally.bands:
+            self.tally.bands.append(band)
+
+    # -- the shared brief ------------------------------------------------------------------
+
+    async def _pursue(self, n: int, i: int, intent: Intent) -> None:
+        key = f"{self.agent.id}-{n}-{i}"
+        match intent:
+            case Propose(op):
+                reply = await self.agent.propose(op, key=key)
+                if isinstance(reply, Rejection):
+                    self.tally.unexpected.append(f"step {n}: {op.op} refused: {reply.reason}")
+                    self._say(n, f"[unexpected] {op.op} refused: {reply.reason}")
+                elif reply.duplicate:  # re-run after a restart: the key was committed before
+                    self._say(n, f"brief rev {reply.revision}: {op.op} already committed before the restart")
+                else:
+                    self.tally.committed += 1
+                    self._say(n, f"brief rev {reply.revision}: {op.op} committed")
+            case CompleteMine(outcome):
+                await self._complete_mine(n, key, outcome)
+            case AdoptRejected(option, rationale):
+                await self._adopt_rejected(n, key, option, rationale)
+
+    async def _complete_mine(self, n: int, key: str, outcome: str) -> None:
+        text = pending_text(self.index)
+        item_id = await self._wait_for(lambda: next((p.id for p in self.agent.brief.pending if p.text == text), None))
+        if item_id is None:
+            if not any(d.text == text for d in self.agent.brief.done):
+                self.tally.unexpected.append(f"step {n}: pending item {text!r} never reached the brief")
+            return
+        reply = await self.agent.propose(Complete(item_id=item_id, outcome=outcome), key=key)
+        if isinstance(reply, Committed):
+            self.tally.committed += 1
+            self._say(n, f"brief rev {reply.revision}: completed {item_id}")
+        else:
+            self.tally.unexpected.append(f"step {n}: complete refused: {reply.reason}")
+
+    async def _adopt_rejected(self, n: int, key: str, option: str, rationale: str) -> None:
+        """Propose a rejected option as if the brief had not been read; expect a refusal."""
+        norm = normalize(option)
+        seen = await self._wait_for(lambda: any(r.norm == norm for r in self.agent.brief.rejected) or None)
+        if seen is None:
+            self.tally.unexpected.append(f"step {n}: {option!r} was never rejected in the brief")
+            return
+        reply = await self.agent.propose(AddDecision(option=option, rationale=rationale), key=key)
+        if isinstance(reply, Rejection) and reply.code is RejectionCode.REJECTED_OPTION:
+            self.tally.refusals.append(Refusal(option=option, code=str(reply.code), reason=reply.reason))
+            self._say(n, f"tried to adopt {option!r}: refused: {reply.reason}")
+        else:
+            self.tally.unexpected.append(f"step {n}: adopting the rejected {option!r} was not refused: {reply!r}")
+
+    async def _wait_for(self, probe: Callable[[], T | None]) -> T | None:
+        with anyio.move_on_after(_BRIEF_WAIT):
+            while (found := probe()) is None:
+                await anyio.sleep(0.05)
+            return found
+        return None
+
+
+def _tags(text: str) -> list[int]:
+    return sorted({int(t) for t in _TAG.findall(text)})
+
+
+def _spec(tags: list[int]) -> str:
+    return ",".join(map(str, tags))

@@ -1,0 +1,181 @@
+"""The swarm's report, and the invariants a run must show to count as a success.
+
+The report is built from what each agent said about itself (its result line) and
+checked against what the bus says (the log's revision and hash, the Channel 2 leases
+the agents read back): a claim is only believed where it can be cross-checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, computed_field
+
+from agents.swarm._config import SwarmConfig
+from agents.swarm._events import Channel2Cycle, Refusal
+from schemas import RejectionCode
+
+if TYPE_CHECKING:  # the runner builds the report from its own status objects
+    from agents.swarm._runner import AgentStatus
+
+__all__ = ["AgentReport", "SwarmRefusal", "SwarmReport"]
+
+_DELIVERED = "delivered"
+
+
+class AgentReport(BaseModel):
+    """One agent at the end of the run."""
+
+    model_config = ConfigDict(frozen=True)
+
+    agent: str
+    steps: int
+    prompt_tokens: int
+    """Tokens of the agent's final prompt."""
+    history_tokens: int
+    """Every message it ever saw, counted whole: its prompt without ctxbus."""
+    peak_prompt_tokens: int
+    bands: list[str]
+    """Nudge bands reached, in the order first reached."""
+    reminders: int
+    reduces: int
+    dropped: int
+    searches: int
+    reads: int
+    committed: int
+    channel2_messages: int
+    """Channel 2 messages in the agent's conversation."""
+    channel2_cycles: list[Channel2Cycle]
+    missing_constraints: list[str]
+    """Hard constraints the final prompt lacks: must be none, whatever was dropped."""
+    revision: int
+    hash: str
+    starts: int
+    resumed_from: int | None
+    killed_at: int | None
+    unexpected: list[str]
+
+
+class SwarmRefusal(Refusal):
+    """A refused re-adoption of a rejected option, and who attempted it."""
+
+    agent: str
+
+
+class SwarmReport(BaseModel):
+    """Everything the demo promises to show, and which promises were broken."""
+
+    model_config = ConfigDict(frozen=True)
+
+    domain: str
+    data_dir: Path
+    elapsed_s: float
+    log_revision: int
+    log_hash: str
+    victim: str
+    agents: list[AgentReport]
+    refusals: list[SwarmRefusal]
+    failures: list[str]
+    """Broken invariants, in plain words; empty when the run holds."""
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def ok(self) -> bool:
+        """True when every invariant holds."""
+        return not self.failures
+
+    @classmethod
+    def build(
+        cls, config: SwarmConfig, statuses: Sequence[AgentStatus], log_state: tuple[int, str], *, elapsed: float
+    ) -> SwarmReport:
+        """Collect the agents' results and judge the run."""
+        revision, log_hash = log_state
+        failures: list[str] = []
+        agents, refusals = [], []
+        for status in statuses:
+            if status.result is None:
+                failures.append(f"{status.name} never reported (exit codes {status.exit_codes}, state {status.state})")
+                continue
+            r, tally = status.result, status.result.tally
+            agents.append(
+                AgentReport(
+                    agent=r.agent,
+                    steps=tally.step,
+                    prompt_tokens=r.prompt_tokens,
+                    history_tokens=r.history_tokens,
+                    peak_prompt_tokens=tally.peak_prompt_tokens,
+                    bands=tally.bands,
+                    reminders=tally.reminders,
+                    reduces=tally.reduces,
+                    dropped=tally.dropped,
+                    searches=tally.searches,
+                    reads=tally.reads,
+                    committed=tally.committed,
+                    channel2_messages=r.synthetic_messages,
+                    channel2_cycles=r.cycles,
+                    missing_constraints=r.missing_constraints,
+                    revision=r.revision,
+                    hash=r.hash,
+                    starts=tally.starts,
+                    resumed_from=tally.resumed_from,
+                    killed_at=status.killed_at,
+                    unexpected=tally.unexpected,
+                )
+            )
+            refusals += [SwarmRefusal(agent=r.agent, **f.model_dump()) for f in tally.refusals]
+        failures += _judge(config, agents, refusals, revision, log_hash)
+        return cls(
+            domain=str(config.domain),
+            data_dir=config.data_dir,
+            elapsed_s=round(elapsed, 1),
+            log_revision=revision,
+            log_hash=log_hash,
+            victim=config.victim,
+            agents=agents,
+            refusals=refusals,
+            failures=failures,
+        )
+
+
+def _judge(
+    config: SwarmConfig, agents: list[AgentReport], refusals: list[SwarmRefusal], revision: int, log_hash: str
+) -> list[str]:
+    failures = []
+    for a in agents:
+        if a.hash != log_hash or a.revision != revision:
+            failures.append(
+                f"{a.agent} holds brief rev {a.revision} hash {a.hash[:12]}, the log rev {revision} hash {log_hash[:12]}"
+            )
+        failures += _channel2_failures(a)
+        if a.missing_constraints:
+            failures.append(f"{a.agent}'s final prompt lost the constraints {a.missing_constraints}")
+        if a.prompt_tokens >= a.history_tokens:
+            failures.append(
+                f"{a.agent}'s prompt ({a.prompt_tokens:,} tokens) is not smaller than its history ({a.history_tokens:,})"
+            )
+        if a.steps != config.steps:
+            failures.append(f"{a.agent} ran {a.steps} of {config.steps} steps")
+        failures += [f"{a.agent}: {what}" for what in a.unexpected]
+    if not any("channel2" in a.bands and a.channel2_messages for a in agents):
+        failures.append("no agent reached Channel 2")
+    if not any(r.code == RejectionCode.REJECTED_OPTION for r in refusals):
+        failures.append("nobody was refused when re-adopting the rejected option")
+    victim = next((a for a in agents if a.agent == config.victim), None)
+    if victim is None or victim.killed_at is None or victim.starts < 2 or not victim.resumed_from:
+        failures.append(f"{config.victim} was not killed and resumed from its store")
+    return failures
+
+
+def _channel2_failures(a: AgentReport) -> list[str]:
+    """Exactly one message per cycle: every cycle the lease marks delivered is in the
+    conversation, and the conversation holds no more messages than such cycles."""
+    failures = []
+    held = [c.cycle for c in a.channel2_cycles if c.in_host]
+    lost = [c.cycle for c in a.channel2_cycles if c.lease == _DELIVERED and not c.in_host]
+    if lost:
+        failures.append(f"{a.agent}: Channel 2 cycles {lost} are marked delivered but the agent never got them")
+    if a.channel2_messages != len(held):
+        failures.append(f"{a.agent} holds {a.channel2_messages} Channel 2 messages for {len(held)} delivered cycles")
+    return failures

@@ -1,0 +1,178 @@
+"""The swarm runner: N agent processes on one domain, one of them killed and restarted.
+
+It starts each agent as its own OS process (`_worker`), follows their progress lines,
+SIGKILLs the victim once it has done `kill_at` steps and starts it again on the same
+store, then, when every agent has finished, asks them all to report at the log's
+revision. The NATS server and the coordinator are the caller's: `agents` never imports
+`coordinator`, so the CLI starts them and hands the runner a URL.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from subprocess import PIPE
+from typing import Final
+
+import anyio
+from anyio.abc import Process
+from anyio.streams.buffered import BufferedByteReceiveStream
+from pydantic import ValidationError
+
+from agents.swarm._config import SwarmConfig, SwarmError
+from agents.swarm._events import AgentResult, EventAdapter, Finished, Note, Progress, ReportRequest
+from agents.swarm._report import SwarmReport
+from agents.swarm._scenario import agent_name
+from bus import BriefLog, BusConfig, connect
+from schemas import brief_hash
+
+__all__ = ["AgentStatus", "SwarmRunner"]
+
+log = logging.getLogger(__name__)
+
+_MAX_LINE: Final = 1 << 20
+_EVENTS_KEPT: Final = 500
+
+
+@dataclass
+class AgentStatus:
+    """What the runner knows about one agent right now; the live view reads it."""
+
+    name: str
+    state: str = "starting"
+    """starting, running, killed, finished, reported, or failed."""
+    pid: int | None = None
+    progress: Progress | None = None
+    result: AgentResult | None = None
+    exit_codes: list[int] = field(default_factory=list)
+    killed_at: int | None = None
+    """The step count the runner saw when it sent SIGKILL."""
+    finished: anyio.Event = field(default_factory=anyio.Event, repr=False)
+
+
+class SwarmRunner:
+    """Runs one swarm; `agents` and `events` show its progress while `run` is going."""
+
+    def __init__(self, config: SwarmConfig) -> None:
+        self.config = config
+        self.agents = [AgentStatus(agent_name(i)) for i in range(config.agents)]
+        self.events: deque[Note] = deque(maxlen=_EVENTS_KEPT)
+        self._processes: dict[str, Process] = {}
+        self._agents_dir = config.data_dir / "agents"
+
+    def __repr__(self) -> str:
+        states = ", ".join(f"{a.name}={a.state}" for a in self.agents)
+        return f"<SwarmRunner {self.config.domain} {states}>"
+
+    async def run(self) -> SwarmReport:
+        """Run every agent to the end and return the report (invariants not yet judged).
+
+        :raises SwarmError: if the swarm does not finish within the deadline.
+        """
+        self._agents_dir.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        try:
+            with anyio.fail_after(self.config.deadline):
+                async with anyio.create_task_group() as tg:
+                    for index, status in enumerate(self.agents):
+                        tg.start_soon(self._supervise, index, status)
+                    state = await self._report_barrier()
+        except TimeoutError:
+            raise SwarmError(
+                f"the swarm did not finish within {self.config.deadline:.0f}s; agent logs are in {self._agents_dir}"
+            ) from None
+        finally:
+            with anyio.CancelScope(shield=True):
+                for process in list(self._processes.values()):
+                    if process.returncode is None:
+                        process.kill()
+                        await process.wait()
+        return SwarmReport.build(self.config, self.agents, state, elapsed=time.monotonic() - started)
+
+    async def _report_barrier(self) -> tuple[int, str]:
+        """Wait until every agent finished, then ask each to report at the log's revision."""
+        for status in self.agents:
+            await status.finished.wait()
+        client = await connect(BusConfig(servers=[self.config.nats_url], name="swarm-runner"))
+        try:
+            state = await BriefLog(client).load(self.config.domain)
+        finally:
+            await client.close()
+        request = (ReportRequest(revision=state.brief.revision).model_dump_json() + "\n").encode()
+        for status in self.agents:
+            process = self._processes.get(status.name)
+            if status.state == "finished" and process is not None and process.stdin is not None:
+                await process.stdin.send(request)
+        return state.brief.revision, brief_hash(state.brief)
+
+    async def _supervise(self, index: int, status: AgentStatus) -> None:
+        """Run the agent's process; after the planned SIGKILL, start it again once."""
+        while True:
+            code = await self._run_process(index, status)
+            status.exit_codes.append(code)
+            if status.state == "killed" and len(status.exit_codes) == 1:
+                self._note(status, "restarting on its store")
+                continue
+            if status.state != "reported":
+                status.state = "failed"
+                self._note(status, f"exited with code {code} before reporting; see {self._log_path(status)}")
+            status.finished.set()
+            return
+
+    async def _run_process(self, index: int, status: AgentStatus) -> int:
+        with self._log_path(status).open("ab") as stderr:
+            process = await anyio.open_process(self._command(index, status), stdin=PIPE, stdout=PIPE, stderr=stderr)
+        self._processes[status.name] = process
+        status.pid, status.state = process.pid, "running"
+        assert process.stdout is not None
+        lines = BufferedByteReceiveStream(process.stdout)
+        while True:
+            try:
+                line = await lines.receive_until(b"\n", _MAX_LINE)
+            except (anyio.EndOfStream, anyio.IncompleteRead):
+                break
+            self._on_line(status, process, line)
+        return await process.wait()
+
+    def _on_line(self, status: AgentStatus, process: Process, line: bytes) -> None:
+        try:
+            event = EventAdapter.validate_json(line)
+        except ValidationError:
+            log.warning("%s printed a line that is not an event: %r", status.name, line[:200])
+            return
+        match event:
+            case Progress():
+                status.progress = event
+                due = status.name == self.config.victim and event.step >= self.config.victim_kill_at
+                if due and status.killed_at is None:
+                    status.killed_at, status.state = event.step, "killed"
+                    process.kill()
+                    self._note(status, f"SIGKILL (pid {process.pid}) after step {event.step}")
+            case Note():
+                self.events.append(event)
+            case Finished():
+                status.state = "finished"
+                status.finished.set()
+            case AgentResult():
+                status.result, status.state = event, "reported"
+
+    def _command(self, index: int, status: AgentStatus) -> list[str]:
+        c = self.config
+        return [
+            sys.executable, "-m", "agents.swarm._worker",
+            "--nats", c.nats_url, "--domain", str(c.domain),
+            "--index", str(index), "--agents", str(c.agents),
+            "--steps", str(c.steps), "--step-delay", str(c.step_delay),
+            "--store", str(self._agents_dir / f"{status.name}.db"),
+        ]  # fmt: skip
+
+    def _log_path(self, status: AgentStatus) -> Path:
+        return self._agents_dir / f"{status.name}.log"
+
+    def _note(self, status: AgentStatus, text: str) -> None:
+        step = status.progress.step if status.progress else 0
+        self.events.append(Note(agent=status.name, step=step, text=f"[runner] {text}"))

@@ -1,0 +1,188 @@
+"""One swarm agent as an OS process: ``python -m agents.swarm._worker --nats URL ...``.
+
+The worker runs its scripted steps, saving its tally in its own SQLite store after each
+one, so a process started on the same store after a SIGKILL resumes where the last one
+stopped: same context, same nudge state, same brief (caught up from the log). It speaks
+the `_events` line protocol on stdout and logs on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Final
+
+import anyio
+
+from agents.context import ContextConfig
+from agents.nudges import Channel2Lease, Channel2LeaseConfig, DirectiveState
+from agents.runtime import Agent, AgentConfig
+from agents.swarm._events import (
+    AgentResult,
+    Channel2Cycle,
+    Event,
+    EventAdapter,
+    Finished,
+    Note,
+    Progress,
+    ReportRequest,
+    Tally,
+)
+from agents.swarm._model import ScriptedModel
+from agents.swarm._scenario import CONSTRAINTS, agent_name, step
+from bus import BusConfig, Leases, connect
+from schemas import Domain
+
+__all__ = ["SWARM_CONTEXT", "main"]
+
+log = logging.getLogger(__name__)
+
+SWARM_CONTEXT: Final = ContextConfig(window=200_000, archive_threshold=5_000)
+"""A 200k window, so the tail can grow past the Channel 2 thresholds; CI logs (~8k
+tokens) are archived, everything else (~3k) stays inline until dropped."""
+CLAIM_TTL: Final = 2.0
+"""Channel 2 claim TTL: a claim left by the killed agent frees its cycle quickly."""
+HEARTBEAT: Final = 0.5
+REPORT_WAIT: Final = 30.0
+_TALLY_KEY: Final = "swarm:tally"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one agent; exit code 0 once it has printed its result."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return anyio.run(_run, args)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m agents.swarm._worker", description=__doc__)
+    parser.add_argument("--nats", required=True, help="NATS URL")
+    parser.add_argument("--domain", required=True, type=Domain.parse)
+    parser.add_argument("--index", required=True, type=int, help="0-based position in the swarm")
+    parser.add_argument("--agents", required=True, type=int, help="swarm size")
+    parser.add_argument("--steps", required=True, type=int)
+    parser.add_argument("--step-delay", type=float, default=0.0, help="seconds the 'model' thinks per step")
+    parser.add_argument("--store", required=True, type=Path, help="the agent's SQLite file")
+    return parser
+
+
+def _emit(event: Event) -> None:
+    sys.stdout.write(EventAdapter.dump_json(event).decode() + "\n")
+    sys.stdout.flush()
+
+
+async def _run(args: argparse.Namespace) -> int:
+    name = agent_name(args.index)
+    client = await connect(BusConfig(servers=[args.nats], name=name))
+    config = AgentConfig(
+        agent_id=name,
+        domain=args.domain,
+        store=args.store,
+        context=SWARM_CONTEXT,
+        heartbeat=HEARTBEAT,
+        channel2=Channel2LeaseConfig(claim_ttl=CLAIM_TTL),
+    )
+    agent = Agent(client, config)
+    saved_revision = agent.status()["brief_revision"]  # resumed from the store, before the bus
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(agent.run)
+            code = await _play(agent, args, Leases(client), saved_revision=saved_revision)
+            tg.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            agent.close()
+            await client.close()
+    return code
+
+
+async def _play(agent: Agent, args: argparse.Namespace, leases: Leases, *, saved_revision: object) -> int:
+    """Run the remaining steps, then report when the runner asks; returns the exit code."""
+    tally = _load_tally(agent)
+    tally.starts += 1
+    tally.resumed_from = tally.step or None
+    _save_tally(agent, tally)
+
+    def say(n: int, text: str) -> None:
+        _emit(Note(agent=agent.id, step=n + 1, text=text))
+
+    if tally.resumed_from is not None:
+        say(tally.step - 1, f"restarted (pid {os.getpid()}): resumed at step {tally.step} from its store, "
+            f"brief rev {saved_revision} -> {agent.replica.revision} after catching up")  # fmt: skip
+    else:
+        say(0, f"joined the brief at rev {agent.replica.revision}")
+    model = ScriptedModel(agent, tally, index=args.index, say=say)
+    for n in range(tally.step, args.steps):
+        measure = await model.run_step(step(args.index, args.agents, n, args.steps))
+        agent.context.flush()  # the step's messages first, then the step counter
+        tally.step = n + 1
+        _save_tally(agent, tally)
+        messages = agent.context.messages()
+        _emit(
+            Progress(
+                agent=agent.id,
+                pid=os.getpid(),
+                starts=tally.starts,
+                step=n + 1,
+                steps=args.steps,
+                band=str(measure.band),
+                u=measure.u,
+                t=measure.t,
+                prompt_tokens=model.prompt_tokens,
+                history_tokens=sum(m.tokens for m in messages),
+                revision=agent.replica.revision,
+                channel2=sum(m.kind == "synthetic" for m in messages),
+            )
+        )
+        await anyio.sleep(args.step_delay)
+    _emit(Finished(agent=agent.id))
+    line = await anyio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
+    if not line:
+        log.error("the swarm runner went away before asking for a report")
+        return 3
+    request = ReportRequest.model_validate_json(line)
+    await agent.replica.wait_for(request.revision, timeout=REPORT_WAIT)
+    _emit(await _result(agent, tally, leases))
+    return 0
+
+
+async def _result(agent: Agent, tally: Tally, leases: Leases) -> AgentResult:
+    """The final report, with each Channel 2 cycle checked on the bus and in the host."""
+    composition = agent.compose()
+    prompt = "\n".join(m["content"] for m in composition.messages)
+    messages = agent.context.messages()
+    lease = Channel2Lease(leases, agent.host, domain=agent.domain, agent_id=agent.id)
+    cycles = []
+    for cycle in range(agent.channel2.state.cycle + 1):
+        view = await lease.inspect(cycle)
+        in_host = await agent.host.already_delivered(lease.directive_id(cycle))
+        if view.state is not DirectiveState.ABSENT or in_host:
+            cycles.append(Channel2Cycle(cycle=cycle, lease=str(view.state), in_host=in_host))
+    return AgentResult(
+        agent=agent.id,
+        tally=tally,
+        prompt_tokens=composition.report.total,
+        history_tokens=sum(m.tokens for m in messages),
+        synthetic_messages=sum(m.kind == "synthetic" for m in messages),
+        cycles=cycles,
+        missing_constraints=[c for c in CONSTRAINTS if c not in prompt],
+        revision=agent.replica.revision,
+        hash=agent.replica.hash,
+    )
+
+
+def _load_tally(agent: Agent) -> Tally:
+    raw = agent.context.get_state(_TALLY_KEY)
+    return Tally.model_validate_json(raw) if raw else Tally()
+
+
+def _save_tally(agent: Agent, tally: Tally) -> None:
+    agent.context.set_state(_TALLY_KEY, tally.model_dump_json())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,260 @@
+"""`ctxbus swarm demo`: the main job on the embedded default, in one command.
+
+This module only wires things up and draws them: the embedded NATS server and an
+in-process coordinator come from here, the agent processes and the scenario from
+`agents.swarm`, which never imports the coordinator.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import tempfile
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated
+
+import anyio
+import typer
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from agents.swarm import (
+    DEFAULT_AGENTS,
+    DEFAULT_STEP_DELAY,
+    DEFAULT_STEPS,
+    MAX_AGENTS,
+    InvalidSwarmConfig,
+    SwarmConfig,
+    SwarmReport,
+    SwarmRunner,
+    check_settings,
+)
+from bus import BusConfig, EmbeddedServer, connect
+from coordinator import Coordinator, CoordinatorConfig
+from coordinator.cli._app import app
+from coordinator.cli._common import console, errors, print_json, run_async
+from schemas import Domain
+
+__all__: list[str] = []
+
+swarm_app = typer.Typer(
+    help="Run a swarm of agents on one task, on an embedded NATS server.",
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+)
+app.add_typer(swarm_app, name="swarm", rich_help_panel="Start here")
+
+_BAND_STYLE = {"quiet": "dim", "gentle": "cyan", "firm": "yellow", "urgent": "red", "channel2": "bold magenta"}
+_STATE_STYLE = {"running": "green", "killed": "bold red", "finished": "cyan", "reported": "bold green", "failed": "red"}
+
+
+@swarm_app.command("demo")
+def demo(
+    agents: Annotated[
+        int, typer.Option("--agents", "-n", metavar="N", help=f"Agent processes to run, 2 to {MAX_AGENTS}.")
+    ] = DEFAULT_AGENTS,
+    steps: Annotated[int, typer.Option(help="Tool calls each agent makes (40 or more).")] = DEFAULT_STEPS,
+    step_delay: Annotated[
+        float, typer.Option(metavar="SECONDS", help="Time the scripted model 'thinks' per step; 0 runs flat out.")
+    ] = DEFAULT_STEP_DELAY,
+    kill_at: Annotated[
+        int | None,
+        typer.Option(metavar="STEP", help="SIGKILL agent-2 after this step.", show_default="40% of --steps"),
+    ] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Keep NATS' store and every agent's SQLite file and log here.",
+            show_default="a temp dir, removed after a clean run",
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="No live view; print the report as JSON.")] = False,
+) -> None:
+    """Run N agents on one task and prove that ctxbus keeps them lean and in agreement.
+
+    Starts an embedded NATS server (any free port, so it never clashes with `ctxbus up`),
+    a coordinator, and N agent processes. Each agent plays a scripted model (no LLM,
+    same story every run) on a real ctxbus runtime:
+
+    - its user states hard constraints first ("never edit vendor/", "budget <= 100k
+      tokens"): they are pinned, put in the shared brief, and never dropped;
+    - its tools return long output (greps, file reads, pytest runs; CI logs big enough
+      to be archived and searched with ctx_search / ctx_read);
+    - agent-1 rejects a Redis lock; halfway through, agent-2 tries to adopt it anyway and
+      the coordinator refuses, naming who rejected it and why;
+    - nudges rise with the tail, up to Channel 2 (a synthetic message, exactly once per
+      cycle); the agent answers with ctx_reduce;
+    - agent-2 is SIGKILLed mid-run and restarted: it resumes from its own SQLite store.
+
+    The report compares each agent's prompt with its full history and checks the
+    invariants: the same brief hash on every agent, exactly one Channel 2 message per
+    delivered cycle, the refused re-adoption, the resumed agent, every constraint still in
+    every prompt. Exit code 0 only if all hold, 1 otherwise (with what broke). Takes about
+    half a minute with the defaults; watch it live with `ctxbus top` too.
+    """
+    try:
+        check_settings(agents=agents, steps=steps, step_delay=step_delay, kill_at=kill_at)
+    except InvalidSwarmConfig as exc:
+        raise typer.BadParameter(exc.message, param_hint=exc.option) from None
+    if data_dir is not None and any((data_dir / "agents").glob("*.db")):
+        raise typer.BadParameter(
+            f"{data_dir} already holds a swarm run; pass a new or empty directory", param_hint="--data-dir"
+        )
+    root = data_dir or Path(tempfile.mkdtemp(prefix="ctxbus-swarm-"))
+    report = run_async(_demo, root, agents, steps, step_delay, kill_at, as_json)
+    if report is None:
+        errors.print(f"interrupted: every process stopped; agent stores and logs kept in {root}")
+        raise typer.Exit(130)
+    if as_json:
+        print_json(report.model_dump(mode="json"))
+    else:
+        _print_report(report)
+    if data_dir is None and report.ok:
+        shutil.rmtree(root, ignore_errors=True)
+    elif not as_json:
+        console.print(f"[dim]data kept in {root}[/]")
+    raise typer.Exit(0 if report.ok else 1)
+
+
+async def _demo(
+    root: Path, agents: int, steps: int, step_delay: float, kill_at: int | None, quiet: bool
+) -> SwarmReport | None:
+    """Server, coordinator, swarm; None if a signal stopped the run."""
+    server = EmbeddedServer(root / "nats", port=0)
+    await anyio.to_thread.run_sync(server.start)
+    try:
+        client = await connect(BusConfig(servers=[server.url], name="swarm-demo"))
+        try:
+            async with anyio.create_task_group() as tg:
+                await tg.start(Coordinator(client, CoordinatorConfig(coordinator_id="swarm-demo")).run)
+                domain = Domain.parse(f"demo/{uuid.uuid4().hex[:8]}/cache-fix")
+                config = SwarmConfig(
+                    nats_url=server.url, domain=domain, data_dir=root,
+                    agents=agents, steps=steps, step_delay=step_delay, kill_at=kill_at,
+                )  # fmt: skip
+                runner = SwarmRunner(config)
+                if not quiet:
+                    console.print(f"NATS at [bold]{server.url}[/], data in {root}, task [bold]{domain}[/]")
+                    console.print(f"[dim]watch from another terminal: ctxbus top -d {domain} --nats {server.url}[/]")
+                report = await _interruptible(runner.run if quiet else lambda: _watched(runner))
+                tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await client.close()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(server.stop)
+    return report
+
+
+async def _interruptible(run: Callable[[], Awaitable[SwarmReport]]) -> SwarmReport | None:
+    """Run to the end, or stop on SIGINT/SIGTERM (cancelling `run` kills the agent
+    processes) and return None."""
+    reports: list[SwarmReport] = []
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with anyio.create_task_group() as tg:
+
+            async def main() -> None:
+                reports.append(await run())
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(main)
+            async for _ in signals:
+                tg.cancel_scope.cancel()
+                break
+    return reports[0] if reports else None
+
+
+async def _watched(runner: SwarmRunner) -> SwarmReport:
+    """Run with a live table; event lines scroll above it as they arrive."""
+    printed = 0
+
+    def refresh(live: Live) -> None:
+        nonlocal printed
+        events = list(runner.events)
+        for note in events[printed:]:
+            style = "red" if "[unexpected]" in note.text or "SIGKILL" in note.text else ""
+            live.console.print(Text(f"{note.agent:>8} step {note.step:>3}  {note.text}", style=style))
+        printed = len(events)
+        live.update(_live_table(runner))
+
+    with Live(_live_table(runner), console=console, refresh_per_second=8, transient=False) as live:
+        async with anyio.create_task_group() as tg:
+
+            async def tick() -> None:
+                while True:
+                    refresh(live)
+                    await anyio.sleep(0.2)
+
+            tg.start_soon(tick)
+            report = await runner.run()
+            tg.cancel_scope.cancel()
+        refresh(live)
+    return report
+
+
+def _live_table(runner: SwarmRunner) -> Table:
+    table = Table(title=f"swarm on {runner.config.domain}", show_edge=False, title_justify="left")
+    for name in ("agent", "state", "pid", "step", "band", "U / T", "prompt", "history", "ch2", "brief rev"):
+        table.add_column(name, justify="left" if name in ("agent", "state", "band") else "right")
+    for a in runner.agents:
+        p = a.progress
+        state = a.state + (" (restarted)" if a.killed_at is not None and a.state != "killed" else "")
+        table.add_row(
+            a.name,
+            Text(state, style=_STATE_STYLE.get(a.state, "")),
+            str(a.pid or ""),
+            f"{p.step}/{p.steps}" if p else "-",
+            Text(p.band, style=_BAND_STYLE.get(p.band, "")) if p else "-",
+            f"{p.u:,} / {p.t:,}" if p else "-",
+            f"{p.prompt_tokens:,}" if p else "-",
+            f"{p.history_tokens:,}" if p else "-",
+            str(p.channel2) if p else "-",
+            str(a.result.revision if a.result else p.revision) if p else "-",
+        )
+    return table
+
+
+def _print_report(report: SwarmReport) -> None:
+    console.print()
+    table = Table(title=f"report: {report.domain}, {report.elapsed_s:.0f}s", show_edge=False, title_justify="left")
+    columns = ("agent", "prompt", "full history", "saved", "bands reached", "reminders", "ctx_reduce",
+               "ch2 cycles", "ch2 msgs", "brief rev", "brief hash", "starts")  # fmt: skip
+    for name in columns:
+        table.add_column(name, justify="left" if name in ("agent", "bands reached", "brief hash") else "right")
+    for a in report.agents:
+        delivered = [c.cycle for c in a.channel2_cycles if c.lease == "delivered"]
+        table.add_row(
+            a.agent,
+            f"{a.prompt_tokens:,}",
+            f"{a.history_tokens:,}",
+            f"{1 - a.prompt_tokens / max(a.history_tokens, 1):.0%}",
+            " > ".join(a.bands),
+            str(a.reminders),
+            f"{a.reduces} ({a.dropped} tags)",
+            ",".join(map(str, delivered)) or "-",
+            str(a.channel2_messages),
+            str(a.revision),
+            a.hash[:12],
+            str(a.starts),
+        )
+    console.print(table)
+    hashes = {a.hash for a in report.agents}
+    same = "the same on every agent" if len(hashes) == 1 and report.log_hash in hashes else "NOT the same everywhere"
+    console.print(f"brief: rev {report.log_revision}, hash {report.log_hash[:12]}, {same}")
+    if not any(a.missing_constraints for a in report.agents):
+        console.print("constraints: every one the users stated is still in every agent's final prompt")
+    for r in report.refusals:
+        console.print(f"re-adoption refused: {r.agent} proposed {r.option!r}: {r.reason}", markup=False)
+    victim = next((a for a in report.agents if a.agent == report.victim), None)
+    if victim is not None and victim.killed_at is not None:
+        console.print(
+            f"{victim.agent}: SIGKILL after step {victim.killed_at}, resumed at step {victim.resumed_from} from its store"
+        )
+    if report.ok:
+        console.print("[bold green]all invariants hold[/]")
+    for failure in report.failures:
+        console.print(f"[bold red]FAILED:[/] {failure}")

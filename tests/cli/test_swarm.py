@@ -1,0 +1,125 @@
+"""`ctxbus swarm demo` end to end: NATS, a coordinator and agent processes, one killed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def _demo(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "CTXBUS_STATE_DIR": str(tmp_path), "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "coordinator.cli", "swarm", "demo", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=150,
+    )
+
+
+@pytest.mark.timeout(180)
+def test_demo_report_holds_every_invariant(tmp_path: Path) -> None:
+    started = time.monotonic()
+    run = _demo("--agents", "3", "--json", tmp_path=tmp_path)
+    elapsed = time.monotonic() - started
+    assert run.returncode == 0, f"stdout:\n{run.stdout}\nstderr:\n{run.stderr}"
+    report: dict[str, Any] = json.loads(run.stdout)
+    assert report["ok"] is True and report["failures"] == []
+    agents = {a["agent"]: a for a in report["agents"]}
+    assert sorted(agents) == ["agent-1", "agent-2", "agent-3"]
+
+    # One brief: every agent holds the log's revision and hash.
+    assert {a["hash"] for a in agents.values()} == {report["log_hash"]}
+    assert {a["revision"] for a in agents.values()} == {report["log_revision"]}
+
+    # Channel 2: reached, and exactly one message per delivered cycle.
+    assert any("channel2" in a["bands"] for a in agents.values())
+    for a in agents.values():
+        held = [c["cycle"] for c in a["channel2_cycles"] if c["in_host"]]
+        delivered = [c["cycle"] for c in a["channel2_cycles"] if c["lease"] == "delivered"]
+        assert set(delivered) <= set(held), a["channel2_cycles"]
+        assert a["channel2_messages"] == len(held) >= 1
+        assert a["reduces"] >= 1 and a["dropped"] >= 1
+        assert a["prompt_tokens"] < a["history_tokens"]
+        assert a["missing_constraints"] == []
+
+    # The rejected option: agent-1 rejected it, another agent was refused adopting it.
+    [refusal] = report["refusals"]
+    assert refusal["agent"] != "agent-1" and refusal["code"] == "rejected_option"
+    assert "rejected at rev" in refusal["reason"] and "by agent-1" in refusal["reason"]
+
+    # The victim was SIGKILLed, came back from its store, and finished its steps.
+    victim = agents[report["victim"]]
+    assert victim["starts"] == 2 and victim["killed_at"] is not None
+    assert victim["resumed_from"] is not None and victim["resumed_from"] >= 1
+    assert victim["steps"] == agents["agent-1"]["steps"]
+
+    assert not Path(report["data_dir"]).exists(), "a clean run removes its temp data dir"
+    assert elapsed < 100, f"the demo took {elapsed:.0f}s"
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--agents", "0"], ["--agents", "between 2 and 8, got 0"]),
+        (["--steps", "5"], ["--steps", "at least 40, got 5"]),
+        (["--kill-at", "75"], ["--kill-at", "between 1 and 74"]),
+    ],
+)
+def test_bad_arguments_fail_fast_with_a_clear_message(args: list[str], words: list[str], tmp_path: Path) -> None:
+    run = _demo(*args, tmp_path=tmp_path)
+    assert run.returncode == 2
+    assert all(w in run.stderr for w in words), run.stderr
+    assert run.stdout == ""
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads the process table from /proc")
+def test_ctrl_c_stops_every_process_and_keeps_the_data(tmp_path: Path) -> None:
+    data = tmp_path / "run"
+    env = {**os.environ, "CTXBUS_STATE_DIR": str(tmp_path), "COLUMNS": "200"}
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "coordinator.cli", "swarm", "demo", "--data-dir", str(data)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert demo.stdout is not None
+    try:
+        joined = 0
+        for line in demo.stdout:  # event lines scroll above the live table
+            joined += "joined the brief" in line
+            if joined == 3:
+                break
+        assert _processes_using(data), "the agents and the NATS server should be running"
+        demo.send_signal(signal.SIGINT)
+        _, err = demo.communicate(timeout=30)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+    assert demo.returncode == 130, err
+    assert f"kept in {data}" in err
+    assert _processes_using(data) == []
+    assert sorted(p.name for p in (data / "agents").glob("*.db")) == ["agent-1.db", "agent-2.db", "agent-3.db"]
+
+
+def _processes_using(path: Path) -> list[str]:
+    """Command lines of live processes that mention `path` (workers, nats-server)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(path) in text:
+            found.append(text)
+    return found

@@ -1,0 +1,96 @@
+"""The swarm report's judge: each broken invariant is named, a clean run has none."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agents.swarm import (
+    AgentResult,
+    AgentStatus,
+    Channel2Cycle,
+    InvalidSwarmConfig,
+    Refusal,
+    SwarmConfig,
+    SwarmReport,
+    Tally,
+)
+from schemas import Domain
+
+CONFIG = SwarmConfig(nats_url="nats://127.0.0.1:1", domain=Domain.parse("t/s/swarm"), data_dir=Path("/nowhere"))
+HASH = "ab" * 32
+REFUSAL = Refusal(option="Redis distributed lock", code="rejected_option", reason="rejected at rev 8 by agent-1: no")
+
+
+def _status(name: str, **changes: object) -> AgentStatus:
+    victim = name == CONFIG.victim
+    tally = Tally(
+        step=CONFIG.steps,
+        starts=2 if victim else 1,
+        resumed_from=30 if victim else None,
+        bands=["quiet", "urgent", "channel2"],
+        refusals=[REFUSAL] if victim else [],
+    )
+    fields: dict[str, object] = {
+        "agent": name,
+        "tally": tally,
+        "prompt_tokens": 50_000,
+        "history_tokens": 230_000,
+        "synthetic_messages": 1,
+        "cycles": [Channel2Cycle(cycle=0, lease="delivered", in_host=True)],
+        "missing_constraints": [],
+        "revision": 15,
+        "hash": HASH,
+    }
+    result = AgentResult.model_validate({**fields, **changes})
+    return AgentStatus(name, state="reported", result=result, killed_at=30 if victim else None)
+
+
+def _judge(*statuses: AgentStatus) -> list[str]:
+    return SwarmReport.build(CONFIG, statuses, (15, HASH), elapsed=1.0).failures
+
+
+def test_a_clean_run_holds() -> None:
+    report = SwarmReport.build(CONFIG, [_status("agent-1"), _status("agent-2")], (15, HASH), elapsed=1.0)
+    assert report.ok and report.failures == []
+    assert [r.agent for r in report.refusals] == ["agent-2"]
+    assert report.model_dump(mode="json")["ok"] is True
+
+
+@pytest.mark.parametrize(
+    ("changes", "words"),
+    [
+        ({"hash": "cd" * 32}, "agent-1 holds brief rev 15 hash cdcdcdcdcdcd"),
+        ({"revision": 14}, "agent-1 holds brief rev 14"),
+        ({"synthetic_messages": 2}, "agent-1 holds 2 Channel 2 messages for 1 delivered cycles"),
+        ({"cycles": [Channel2Cycle(cycle=0, lease="delivered", in_host=False)]}, "[0] are marked delivered"),
+        ({"prompt_tokens": 300_000}, "is not smaller than its history"),
+        ({"missing_constraints": ["Never edit files under vendor/"]}, "lost the constraints"),
+    ],
+)
+def test_each_broken_invariant_is_named(changes: dict[str, object], words: str) -> None:
+    failures = _judge(_status("agent-1", **changes), _status("agent-2"))
+    assert any(words in f for f in failures), failures
+
+
+def test_no_channel2_no_refusal_no_restart_and_a_silent_agent_all_fail() -> None:
+    quiet = Tally(step=CONFIG.steps, starts=1, bands=["quiet"])
+    lone = AgentStatus("agent-2", state="failed", exit_codes=[1])
+    calm = _status("agent-1", tally=quiet, synthetic_messages=0, cycles=[])
+    failures = _judge(calm, lone)
+    assert "agent-2 never reported (exit codes [1], state failed)" in failures
+    assert "no agent reached Channel 2" in failures
+    assert "nobody was refused when re-adopting the rejected option" in failures
+    assert "agent-2 was not killed and resumed from its store" in failures
+
+
+@pytest.mark.parametrize(
+    ("settings", "option"),
+    [({"agents": 1}, "--agents"), ({"agents": 9}, "--agents"), ({"steps": 39}, "--steps"),
+     ({"step_delay": -1.0}, "--step-delay"), ({"kill_at": 0}, "--kill-at")],
+)  # fmt: skip
+def test_settings_are_checked_where_they_are_made(settings: dict[str, object], option: str) -> None:
+    with pytest.raises(InvalidSwarmConfig) as caught:
+        SwarmConfig(nats_url="nats://x:1", domain=CONFIG.domain, data_dir=Path("."), **settings)  # type: ignore[arg-type]
+    assert caught.value.option == option

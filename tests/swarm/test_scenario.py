@@ -1,0 +1,39 @@
+"""The built-in scenario: deterministic, and shaped so the nudges have work to do."""
+
+from __future__ import annotations
+
+from agents.context import Tokenizer
+from agents.swarm._corpus import TOOLS, tool_output
+from agents.swarm._scenario import ADOPTER, AdoptRejected, CompleteMine, Propose, step
+from agents.swarm._worker import SWARM_CONTEXT
+
+
+def test_steps_and_outputs_are_the_same_on_every_run() -> None:
+    assert step(1, 3, 17, 75) == step(1, 3, 17, 75)
+    assert tool_output("pytest", "tests/x.py", seed="agent-2/17") == tool_output(
+        "pytest", "tests/x.py", seed="agent-2/17"
+    )
+    assert tool_output("grep", "q", seed="agent-1/3") != tool_output("grep", "q", seed="agent-2/3")
+
+
+def test_only_ci_logs_are_big_enough_to_be_archived() -> None:
+    count = Tokenizer.load().count
+    sizes = {tool: count(tool_output(tool, "service/cache/writer.py", seed="s")) for tool in TOOLS}
+    assert sizes.pop("ci_logs") > SWARM_CONTEXT.archive_threshold
+    assert sizes.pop("edit") < 100
+    assert all(2_000 < size < SWARM_CONTEXT.archive_threshold for size in sizes.values()), sizes
+
+
+def test_the_story_every_run_tells() -> None:
+    steps, agents = 75, 3
+    intents = {(i, n): step(i, agents, n, steps).intents for i in range(agents) for n in range(steps)}
+    adoptions = [key for key, found in intents.items() if any(isinstance(x, AdoptRejected) for x in found)]
+    assert adoptions == [(ADOPTER, steps // 2)]
+    assert all(i != 0 for i, _ in adoptions), "the lead rejects; another agent must try to adopt"
+    rejects = [
+        key for key, found in intents.items() if any(isinstance(x, Propose) and x.op.op == "reject" for x in found)
+    ]
+    assert rejects == [(0, 2)]
+    completes = sorted(key for key, found in intents.items() if any(isinstance(x, CompleteMine) for x in found))
+    assert completes == [(i, steps - 1) for i in range(agents)]
+    assert "Never edit files under vendor/" in (step(0, agents, 0, steps).user or "")
