@@ -12,8 +12,9 @@ import pytest
 from anyio.abc import TaskGroup
 
 from agents.brief import BriefReplica, Proposer
-from bus import BriefLog, BriefState, BusConfig, NatsClient, Verb, connect, request, subject
-from coordinator import GLOBAL_DLQ, METRICS_SUBJECT, STATUS_SUBJECT, Coordinator, CoordinatorConfig
+from bus import BriefLog, BriefState, NatsClient, Verb, request, subject
+from tests._support import running_coordinator
+from coordinator import GLOBAL_DLQ, METRICS_SUBJECT, STATUS_SUBJECT
 from schemas import (
     AddDecision,
     AddPending,
@@ -40,12 +41,8 @@ def _domain() -> Domain:
 @pytest.fixture
 async def running(nats_url: str) -> AsyncIterator[tuple[NatsClient, TaskGroup]]:
     """A client with one coordinator serving; both stopped after the test."""
-    client = await connect(BusConfig(servers=[nats_url]))
-    async with anyio.create_task_group() as tg:
-        await tg.start(Coordinator(client, CoordinatorConfig(coordinator_id="c1", snapshot_every=5)).run)
-        yield client, tg
-        tg.cancel_scope.cancel()
-    await client.close()
+    async with running_coordinator(nats_url, coordinator_id="c1", snapshot_every=5) as running:
+        yield running
 
 
 async def test_proposals_commit_and_replicas_converge(running: tuple[NatsClient, TaskGroup]) -> None:
@@ -173,10 +170,8 @@ async def test_closed_domain_refuses_everything(running: tuple[NatsClient, TaskG
 
 
 async def test_closed_domain_is_purged_after_the_grace(nats_url: str) -> None:
-    client = await connect(BusConfig(servers=[nats_url]))
     domain = _domain()
-    async with anyio.create_task_group() as tg:
-        await tg.start(Coordinator(client, CoordinatorConfig(coordinator_id="c2", close_grace=0.5, snapshot_every=1)).run)
+    async with running_coordinator(nats_url, coordinator_id="c2", close_grace=0.5, snapshot_every=1) as (client, _):
         agent = Proposer(client, domain, agent_id="a")
         await agent.propose(AddPending(text="last thing"))
         assert await agent.propose(Close(reason="done")) == Committed(revision=2)
@@ -187,8 +182,6 @@ async def test_closed_domain_is_purged_after_the_grace(nats_url: str) -> None:
                 await anyio.sleep(0.1)
         assert (await log.load_snapshot(domain)).seq == 0
         assert (await log.load(domain)).brief.revision == 0
-        tg.cancel_scope.cancel()
-    await client.close()
 
 
 async def test_follow_reports_how_far_behind_it_is(running: tuple[NatsClient, TaskGroup]) -> None:

@@ -6,15 +6,14 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-import anyio
 import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agents.brief import Proposer
-from bus import BusConfig, NatsClient, Verb, connect, request, subject
-from coordinator import Coordinator, CoordinatorConfig
+from bus import NatsClient, Verb, request, subject
+from tests._support import running_coordinator
 from schemas import AddNote, Committed, Domain, Envelope, MessageType, Rejection, ReplyAdapter
 
 DOMAIN = Domain.parse(f"fuzz/s/{uuid.uuid4().hex[:8]}")
@@ -44,12 +43,8 @@ bodies = st.fixed_dictionaries(
 
 @pytest.fixture(scope="module")
 async def served(nats_url: str) -> AsyncIterator[NatsClient]:
-    client = await connect(BusConfig(servers=[nats_url]))
-    async with anyio.create_task_group() as tg:
-        await tg.start(Coordinator(client, CoordinatorConfig(coordinator_id="fuzz")).run)
+    async with running_coordinator(nats_url, coordinator_id="fuzz") as (client, _):
         yield client
-        tg.cancel_scope.cancel()
-    await client.close()
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -17,8 +17,8 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.session import IncomingMessage
 from mcp.types import CallToolResult, TextContent, TextResourceContents
 
-from bus import BusConfig, connect, free_port
-from coordinator import Coordinator, CoordinatorConfig
+from bus import free_port
+from tests._support import running_coordinator
 
 TOOLS = {"brief_get", "brief_propose", "ctx_search", "ctx_read", "ctx_reduce", "ctx_status"}
 REMINDER = "<system-reminder>"
@@ -28,12 +28,8 @@ CHANNEL2 = "Before your next step, call ctx_reduce"
 @pytest.fixture
 async def url(nats_url: str) -> AsyncIterator[str]:
     """The session's NATS, with a coordinator serving it for this test."""
-    client = await connect(BusConfig(servers=[nats_url]))
-    async with anyio.create_task_group() as tg:
-        await tg.start(Coordinator(client, CoordinatorConfig(coordinator_id="mcp-test")).run)
+    async with running_coordinator(nats_url, coordinator_id="mcp-test"):
         yield nats_url
-        tg.cancel_scope.cancel()
-    await client.close()
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ from anyio.abc import TaskGroup
 from agents.context import ContextConfig
 from agents.nudges import Channel2LeaseConfig
 from agents.runtime import Agent, AgentConfig
-from bus import BusConfig, NatsClient, connect
-from coordinator import Coordinator, CoordinatorConfig
+from bus import NatsClient
+from tests._support import running_coordinator
 from schemas import AddConstraint, Committed, Domain, Reject
 
 CONFIG = ContextConfig(window=200_000, archive_threshold=50_000)
@@ -27,12 +27,8 @@ def _output(i: int) -> str:
 
 @pytest.fixture
 async def bus(nats_url: str) -> AsyncIterator[tuple[NatsClient, TaskGroup]]:
-    client = await connect(BusConfig(servers=[nats_url]))
-    async with anyio.create_task_group() as tg:
-        await tg.start(Coordinator(client, CoordinatorConfig(coordinator_id="rt")).run)
-        yield client, tg
-        tg.cancel_scope.cancel()
-    await client.close()
+    async with running_coordinator(nats_url, coordinator_id="rt") as running:
+        yield running
 
 
 def _agent(client: NatsClient, domain: Domain, tmp_path: Path, name: str = "a1") -> Agent:

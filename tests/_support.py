@@ -1,0 +1,27 @@
+"""Helpers shared by test modules (fixtures themselves live in conftest files)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from bus import BusConfig, NatsClient, connect
+from coordinator import Coordinator, CoordinatorConfig
+
+
+@asynccontextmanager
+async def running_coordinator(url: str, **config: Any) -> AsyncIterator[tuple[NatsClient, TaskGroup]]:
+    """A client with one in-process coordinator serving on it, and the task group it runs
+    in (for the test's own background tasks); both are stopped on exit."""
+    client = await connect(BusConfig(servers=[url]))
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(Coordinator(client, CoordinatorConfig(**config)).run)
+            yield client, tg
+            tg.cancel_scope.cancel()
+    finally:
+        await client.close()
