@@ -24,5 +24,5 @@ def summary(name: str, samples_s: Sequence[float]) -> tuple[float, float]:
 def ratio(name: str, ours: float, baseline: float, target: float | None = None) -> None:
     """Print ours/baseline and whether it meets `target`."""
     value = ours / baseline if baseline else float("inf")
-    verdict = "" if target is None else ("  (target <= %.2fx: %s)" % (target, "met" if value <= target else "MISSED"))
+    verdict = "" if target is None else f"  (target <= {target:.2f}x: {'met' if value <= target else 'MISSED'})"
     print(f"  {name:<34} {value:5.2f}x{verdict}")

@@ -3,7 +3,8 @@
     python bench/brief.py [--ops 2000] [--seconds 3]
 
 Coordinators run in their own processes, as in production. Prints propose -> committed
-latency with 1 and 2 coordinators, commit -> applied at all of 8 replicas (in this process), commits/s per domain under concurrent proposers, and in the same run raw
+latency with 1 and 2 coordinators, commit -> applied at all of 8 replicas (in this
+process), commits/s per domain under concurrent proposers, and in the same run raw
 JetStream publish+ack and raw fan-out to 8 subscribers, with the ratios.
 Targets: commit median <= 2.5x publish+ack; propagation median <= 1.5x fan-out;
 >= 2,000 commits/s per domain.
@@ -131,6 +132,7 @@ async def run(ops: int, seconds: float) -> None:
             # Throughput: many proposers on one domain for a fixed time.
             busy = _domain()
             committed = 0
+
             async def hammer(agent: str) -> None:
                 nonlocal committed
                 proposer = Proposer(client, busy, agent_id=agent)
@@ -162,7 +164,9 @@ async def run(ops: int, seconds: float) -> None:
     one_med, _ = summary("propose -> committed, 1 coordinator", one)
     two_med, _ = summary("propose -> committed, 2 coordinators", two)
     prop_med, _ = summary(f"commit -> applied at all {FANOUT} agents", propagation)
-    print(f"  {'commits/s, one domain, 32 proposers':<34} {rate:8.0f}   (target >= 2,000: {'met' if rate >= 2000 else 'MISSED'})")
+    print(
+        f"  {'commits/s, one domain, 32 proposers':<34} {rate:8.0f}   (target >= 2,000: {'met' if rate >= 2000 else 'MISSED'})"
+    )
     print("\nratios, ours / raw (medians)")
     ratio("commit (1 coord) / publish+ack", one_med, pub_med, 2.5)
     ratio("commit (2 coords) / publish+ack", two_med, pub_med, 2.5)

@@ -24,7 +24,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -207,8 +206,16 @@ def synthetic(n_messages: int, target_tokens: int, seed: int = 7) -> list[dict[s
             continue
         call += 1
         cid = f"call_{call}"
-        out.append({"role": "assistant", "content": text(per // 2) + f' <tool_call name="bash" id="{cid}">'
-                    + '{"command": "make test"}</tool_call>', "tool_name": "bash", "tool_call_id": cid})
+        out.append(
+            {
+                "role": "assistant",
+                "content": text(per // 2)
+                + f' <tool_call name="bash" id="{cid}">'
+                + '{"command": "make test"}</tool_call>',
+                "tool_name": "bash",
+                "tool_call_id": cid,
+            }
+        )
         size = per * 30 if rnd.random() < 0.01 else int(per * rnd.uniform(0.5, 1.9))
         lines = [text(8) for _ in range(max(1, size // 9))]
         if rnd.random() < 0.1:
@@ -284,12 +291,16 @@ def main(argv: list[str] | None = None) -> int:
         bare, adds, flushed = ingest_ratio([s.raw for s in sessions], tmp)
         print("ingest of every message of every session (best of 5 per session, interleaved, same run)")
         print(f"  bare tiktoken count         {bare:>8,.0f} msgs/s")
-        print(f"  LocalContext.add()          {adds:>8,.0f} msgs/s   ratio {adds / bare:.2f}x   target >= 0.80x "
-              f"{'PASS' if adds / bare >= 0.8 else 'FAIL'}")
+        print(
+            f"  LocalContext.add()          {adds:>8,.0f} msgs/s   ratio {adds / bare:.2f}x   target >= 0.80x "
+            f"{'PASS' if adds / bare >= 0.8 else 'FAIL'}"
+        )
         print(f"  add() + flush() to SQLite   {flushed:>8,.0f} msgs/s   ratio {flushed / bare:.2f}x\n")
 
-        header = (f"{'budget':>7} {'composes':>8} {'ingest msg/s':>12} {'p50 ms':>7} {'p95 ms':>7} "
-                  f"{'flush p50/p95 ms':>16} {'prompt tok/turn':>15} {'vs full':>8} {'constraints kept':>16}")
+        header = (
+            f"{'budget':>7} {'composes':>8} {'ingest msg/s':>12} {'p50 ms':>7} {'p95 ms':>7} "
+            f"{'flush p50/p95 ms':>16} {'prompt tok/turn':>15} {'vs full':>8} {'constraints kept':>16}"
+        )
         print("replay of every session, compose before each assistant message and at the final message")
         print("(compose = plan + render; the SQLite write that follows each compose is timed apart as flush)")
         print(header)
@@ -298,8 +309,10 @@ def main(argv: list[str] | None = None) -> int:
             r = replay(sessions, budget, tmp, tokenizer)
             missed_all[budget] = r["missed"]  # type: ignore[assignment]
             flush = f"{r['flush50']:.2f} / {r['flush95']:.2f}"
-            print(f"{budget:>7,} {r['composes']:>8,.0f} {r['ingest']:>12,.0f} {r['p50']:>7.2f} {r['p95']:>7.2f} "
-                  f"{flush:>16} {r['prompt']:>15,.0f} {r['ratio']:>7.0%} {r['kept']:>9.0f} / {r['total']:.0f}")
+            print(
+                f"{budget:>7,} {r['composes']:>8,.0f} {r['ingest']:>12,.0f} {r['p50']:>7.2f} {r['p95']:>7.2f} "
+                f"{flush:>16} {r['prompt']:>15,.0f} {r['ratio']:>7.0%} {r['kept']:>9.0f} / {r['total']:.0f}"
+            )
         for budget, missed in missed_all.items():
             for line in missed:
                 print(f"  missing at {budget:,}: {line}")
@@ -308,11 +321,15 @@ def main(argv: list[str] | None = None) -> int:
         messages = synthetic(n_syn, 250_000 * n_syn // 5_000)
         s = run_synthetic(messages, tmp, tokenizer)
         print(f"\nsynthetic: {n_syn:,} messages, {s['tokens']:,.0f} tokens, window 128,000")
-        print(f"  composes {s['composes']:,.0f}: p50 {s['p50']:.2f} ms  p95 {s['p95']:.2f} ms  max {s['max']:.1f} ms   "
-              f"target p95 <= 5 ms {'PASS' if s['p95'] <= 5 else 'FAIL'}")
+        print(
+            f"  composes {s['composes']:,.0f}: p50 {s['p50']:.2f} ms  p95 {s['p95']:.2f} ms  max {s['max']:.1f} ms   "
+            f"target p95 <= 5 ms {'PASS' if s['p95'] <= 5 else 'FAIL'}"
+        )
         print(f"  flush after each compose: p50 {s['flush50']:.2f} ms  p95 {s['flush95']:.2f} ms")
-        print(f"  ingest {s['ingest']:,.0f} msgs/s; final prompt {s['final']:,.0f} tokens; "
-              f"{s['summaries']:.0f} summary entries; early constraints kept: {'yes' if s['kept'] else 'NO'}")
+        print(
+            f"  ingest {s['ingest']:,.0f} msgs/s; final prompt {s['final']:,.0f} tokens; "
+            f"{s['summaries']:.0f} summary entries; early constraints kept: {'yes' if s['kept'] else 'NO'}"
+        )
     print(f"\ntotal bench time {time.perf_counter() - began:.1f} s")
     return 0
 

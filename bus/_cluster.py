@@ -94,4 +94,3 @@ class LoopbackCluster(ProcessGroup):
                     return
             time.sleep(0.05)
         raise ServerError(f"no JetStream metadata leader elected within {self.start_timeout:.0f}s")
-

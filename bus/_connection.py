@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 import ssl
 from pathlib import Path
-from urllib.parse import urlsplit
 from typing import Annotated, Any, Final, Self
+from urllib.parse import urlsplit
 
 import anyio
 import nats

@@ -1,11 +1,11 @@
 """Errors raised by the bus layer; NATS exceptions never leak past `bus`.
 
-    CtxbusError
-    └── BusError                 talking to NATS failed
-        ├── ServerError          the embedded nats-server is missing or would not start
-        ├── BusUnavailable       no server answered in time (down, restarting, unreachable)
-        ├── CasConflict          a compare-and-set found another last sequence
-        └── LeaseHeld            a lease is already claimed by another holder
+CtxbusError
+└── BusError                 talking to NATS failed
+    ├── ServerError          the embedded nats-server is missing or would not start
+    ├── BusUnavailable       no server answered in time (down, restarting, unreachable)
+    ├── CasConflict          a compare-and-set found another last sequence
+    └── LeaseHeld            a lease is already claimed by another holder
 """
 
 from __future__ import annotations

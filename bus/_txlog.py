@@ -53,7 +53,6 @@ _DIRECT_READ_LIMIT: Final = 32
 _ACTUAL_SEQ = re.compile(r"wrong last sequence:\s*(\d+)")
 
 
-
 @dataclass(frozen=True, kw_only=True)
 class TxLogConfig:
     """The stream behind a `TxLog`."""
@@ -257,9 +256,7 @@ class TxLog:
                     stream=self.config.stream,
                     ordered_consumer=True,
                     idle_heartbeat=self.config.idle_heartbeat,
-                    config=api.ConsumerConfig(
-                        deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start
-                    ),
+                    config=api.ConsumerConfig(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start),
                 )
             except (*TRANSIENT, nats.js.errors.ServerError) as exc:
                 log.debug("cannot subscribe to %s yet (%r); retrying", subject_filter, exc)

@@ -17,13 +17,13 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from bus import (
+    PROPOSE_QUEUE,
     BriefLog,
     BriefState,
     BusError,
     CasConflict,
     Handler,
     NatsClient,
-    PROPOSE_QUEUE,
     Request,
     Verb,
     all_domains,
@@ -202,8 +202,7 @@ class Coordinator:
             self.metrics.error(f"{cached.state.domain}: gave up after {self.config.cas_retries} conflicts")
             busy = Rejection(
                 code=RejectionCode.STALE_BASE,
-                reason=f"the log of {cached.state.domain} kept moving during "
-                f"{self.config.cas_retries} attempts; retry",
+                reason=f"the log of {cached.state.domain} kept moving during {self.config.cas_retries} attempts; retry",
             )
             for waiter in batch:
                 waiter.reply = busy
@@ -298,4 +297,3 @@ def _domain_of(subject_: str) -> Domain | None:
         return Domain.parse("/".join(parts[1:4]))
     except ValueError:  # InvalidDomain
         return None
-

@@ -64,9 +64,7 @@ KEYS_PER_AUTHOR: Final = 64
 """Idempotency keys remembered per author; see `TaskBrief.applied_keys`."""
 
 Text: TypeAlias = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=TEXT_MAX)]
-Option: TypeAlias = Annotated[
-    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=OPTION_MAX)
-]
+Option: TypeAlias = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=OPTION_MAX)]
 # A reason may be blank at the schema level so that the rules, not pydantic, refuse a
 # missing one: the proposer then gets `missing_reason` and a sentence, not a schema error.
 Reason: TypeAlias = Annotated[str, StringConstraints(strip_whitespace=True, max_length=REASON_MAX)]
@@ -81,9 +79,7 @@ def _parse_domain(value: object) -> object:
     return Domain.parse(value) if isinstance(value, str) else value
 
 
-DomainField: TypeAlias = Annotated[
-    Domain, BeforeValidator(_parse_domain), PlainSerializer(str, return_type=str)
-]
+DomainField: TypeAlias = Annotated[Domain, BeforeValidator(_parse_domain), PlainSerializer(str, return_type=str)]
 """A `Domain` that loads from `'user/session/task'` and dumps back to that string."""
 
 

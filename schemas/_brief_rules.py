@@ -129,9 +129,7 @@ def _closed(brief: TaskBrief) -> Rejection | None:
     if closure is None:
         return None
     why = f": {closure.reason}" if closure.reason else ""
-    return _no(
-        Code.DOMAIN_CLOSED, f"domain {brief.domain} was closed at rev {closure.rev} by {closure.author}{why}"
-    )
+    return _no(Code.DOMAIN_CLOSED, f"domain {brief.domain} was closed at rev {closure.rev} by {closure.author}{why}")
 
 
 def _check_base(brief: TaskBrief, base: int | None) -> Rejection | None:
@@ -140,8 +138,7 @@ def _check_base(brief: TaskBrief, base: int | None) -> Rejection | None:
     if base > brief.revision:
         return _no(
             Code.BASE_AHEAD,
-            f"the proposal is based on rev {base}, "
-            f"but this copy of the brief is only at rev {brief.revision}",
+            f"the proposal is based on rev {base}, but this copy of the brief is only at rev {brief.revision}",
         )
     return _no(
         Code.STALE_BASE,
@@ -238,8 +235,7 @@ def _check_reject(brief: TaskBrief, option: str) -> Rejection | None:
     if earlier is not None:
         return _no(
             Code.DUPLICATE,
-            f"option {_q(option)} was already rejected at rev {earlier.rev} by {earlier.author}: "
-            f"{earlier.reason}",
+            f"option {_q(option)} was already rejected at rev {earlier.rev} by {earlier.author}: {earlier.reason}",
         )
     norm = normalize(option)
     for decision in brief.active_decisions():
@@ -300,8 +296,7 @@ def _effect(brief: TaskBrief, op: BriefOp, *, author: str, rev: int) -> dict[str
                 supersedes=supersedes,
             )
             decisions = tuple(
-                d.model_copy(update={"superseded_by": new.id}) if d.id == supersedes else d
-                for d in brief.decisions
+                d.model_copy(update={"superseded_by": new.id}) if d.id == supersedes else d for d in brief.decisions
             )
             return {"decisions": (*decisions, new)}
         case Reject(option=option, reason=reason):

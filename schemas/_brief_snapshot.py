@@ -56,11 +56,8 @@ class BriefSnapshot(BriefModel):
             first = exc.errors(include_url=False)[0]
             where = ".".join(str(part) for part in first["loc"])
             raise EnvelopeInvalid(
-                f"snapshot body is invalid ({exc.error_count()} problem(s)); "
-                f"first, field {where!r}: {first['msg']}"
+                f"snapshot body is invalid ({exc.error_count()} problem(s)); first, field {where!r}: {first['msg']}"
             ) from exc
         if snapshot.brief.domain != envelope.domain:
-            raise EnvelopeInvalid(
-                f"snapshot envelope of {envelope.domain} holds the brief of {snapshot.brief.domain}"
-            )
+            raise EnvelopeInvalid(f"snapshot envelope of {envelope.domain} holds the brief of {snapshot.brief.domain}")
         return snapshot

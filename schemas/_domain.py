@@ -28,14 +28,10 @@ def validate_token(value: str, *, field: str = "token") -> str:
     if not value:
         raise InvalidDomain(f"{field} is empty")
     if len(value) > DOMAIN_TOKEN_MAX:
-        raise InvalidDomain(
-            f"{field} is {len(value)} characters long, over the limit of {DOMAIN_TOKEN_MAX}"
-        )
+        raise InvalidDomain(f"{field} is {len(value)} characters long, over the limit of {DOMAIN_TOKEN_MAX}")
     if not _TOKEN.fullmatch(value):
         bad = next(c for c in value if not _TOKEN.fullmatch(c))
-        raise InvalidDomain(
-            f"{field} {value!r} contains {bad!r}; only letters, digits, '_' and '-' are allowed"
-        )
+        raise InvalidDomain(f"{field} {value!r} contains {bad!r}; only letters, digits, '_' and '-' are allowed")
     return value
 
 
@@ -73,9 +69,7 @@ class Domain(BaseModel):
             raise InvalidDomain(f"domain must be a string 'user/session/task', got {text!r}")
         parts = text.split("/")
         if len(parts) != 3:
-            raise InvalidDomain(
-                f"domain {text!r} must have the form 'user/session/task' (3 parts, got {len(parts)})"
-            )
+            raise InvalidDomain(f"domain {text!r} must have the form 'user/session/task' (3 parts, got {len(parts)})")
         return cls(user=_user(parts[0]), session=_session(parts[1]), task=_task(parts[2]))
 
     @property

@@ -61,9 +61,7 @@ class Envelope(BaseModel):
     """Schema version of the envelope; see `SUPPORTED_VERSIONS`."""
     type: MessageType
     """Kind of body."""
-    id: Annotated[str, Field(min_length=1, max_length=_ID_MAX)] = Field(
-        default_factory=lambda: uuid.uuid4().hex
-    )
+    id: Annotated[str, Field(min_length=1, max_length=_ID_MAX)] = Field(default_factory=lambda: uuid.uuid4().hex)
     """Unique message id, used for tracing and dead-letter reports."""
     domain: Domain
     """The `user/session/task` this message belongs to; it never leaves that domain."""

@@ -54,7 +54,18 @@ def test_only_bus_touches_nats(path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "package", ["schemas", "bus", "agents.context", "agents.nudges", "agents.brief", "agents.runtime", "agents.mcp", "agents.swarm", "coordinator"]
+    "package",
+    [
+        "schemas",
+        "bus",
+        "agents.context",
+        "agents.nudges",
+        "agents.brief",
+        "agents.runtime",
+        "agents.mcp",
+        "agents.swarm",
+        "coordinator",
+    ],
 )
 def test_public_names_exist_and_are_listed(package: str) -> None:
     module = importlib.import_module(package)

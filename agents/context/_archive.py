@@ -148,8 +148,17 @@ def search_archive(conn: sqlite3.Connection, domain: str, query: str, limit: int
 
 
 _ERROR_WORDS = (
-    "error", "exception", "traceback", "fail", "fatal", "panic", "denied", "segmentation fault",
-    "no such file", "not found", "<returncode>",
+    "error",
+    "exception",
+    "traceback",
+    "fail",
+    "fatal",
+    "panic",
+    "denied",
+    "segmentation fault",
+    "no such file",
+    "not found",
+    "<returncode>",
 )
 """Substrings every `ERROR_LINE` match contains (lower case): `str.find` skips through a
 10 kB log far faster than a regex, which then only checks the candidate lines."""

@@ -84,9 +84,7 @@ stating the rule itself."""
 _FENCE = re.compile(r"^\s*(?:```|~~~)")
 _LIST_ITEM = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)])\s+")
 _HEADING = re.compile(r"^\s*(?:#{1,6}\s|<[^>\n]{1,40}>\s*$|\*\*[^*\n]{1,60}\*\*:?\s*$)")
-_SENTENCE_END = re.compile(
-    r"(?<=[.!?。！？])(?<!e\.g\.)(?<!i\.e\.)(?<!etc\.)(?<!vs\.)(?<!\bDr\.)(?<!\bMr\.)\s+(?=\S)"
-)
+_SENTENCE_END = re.compile(r"(?<=[.!?。！？])(?<!e\.g\.)(?<!i\.e\.)(?<!etc\.)(?<!vs\.)(?<!\bDr\.)(?<!\bMr\.)\s+(?=\S)")
 _ENDS_WITH_COLON = re.compile(r"[:：]\**\s*$")
 
 ERROR_LINE = re.compile(

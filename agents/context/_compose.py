@@ -362,9 +362,7 @@ class _Run:
     def _omit_newest_hard(self) -> bool:
         shown = [e.tag for e in self.st.pinned if e.tag not in self.omitted]
         shown += [
-            tag
-            for tag in self.st.records
-            if tag not in self.omitted and self.st.entries[tag - 1].layer != "pinned"
+            tag for tag in self.st.records if tag not in self.omitted and self.st.entries[tag - 1].layer != "pinned"
         ]
         if not shown:
             return False

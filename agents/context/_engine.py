@@ -306,8 +306,13 @@ class LocalContext:
             self._mode.name,
             new.name,
             snapshot,
-            extra={"event": "mode_switch", "domain": self._key, "from": self._mode.name, "to": new.name,
-                   "snapshot": snapshot},
+            extra={
+                "event": "mode_switch",
+                "domain": self._key,
+                "from": self._mode.name,
+                "to": new.name,
+                "snapshot": snapshot,
+            },
         )
         self._mode = new
         self._last = None

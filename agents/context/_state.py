@@ -114,8 +114,17 @@ class ContextState:
             importance = default_importance(role, kind, first_user=not self._has_user)
         tokens = self._count_rendered(tag, content)
         entry = Entry(
-            tag, f"{content_hash(content)}-{tag}", role, kind, content, tool_name, call_id, float(importance),
-            None if ttl is None else float(ttl), created_at, tokens,
+            tag,
+            f"{content_hash(content)}-{tag}",
+            role,
+            kind,
+            content,
+            tool_name,
+            call_id,
+            float(importance),
+            None if ttl is None else float(ttl),
+            created_at,
+            tokens,
         )
         entry.shown_tokens = tokens
         self._join_unit(entry)
@@ -399,4 +408,3 @@ def _split_ids(call_id: str | None) -> list[str]:
 
 def _key(text: str) -> str:
     return " ".join(text.split()).lower()
-

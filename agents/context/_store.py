@@ -167,7 +167,11 @@ class Store:
             self._conn.executemany("DELETE FROM summaries WHERE id = ? AND domain = ?", removed)
             self._conn.executemany(
                 "INSERT OR REPLACE INTO summaries(id, domain, first_tag, last_tag, text, tokens) VALUES (?, ?, ?, ?, ?, ?)",
-                [(s.id, domain, s.first_tag, s.last_tag, s.text, s.tokens) for s in summaries.values() if s is not None],
+                [
+                    (s.id, domain, s.first_tag, s.last_tag, s.text, s.tokens)
+                    for s in summaries.values()
+                    if s is not None
+                ],
             )
             if constraints is not None:
                 self._conn.execute("DELETE FROM constraints WHERE domain = ?", (domain,))
@@ -248,6 +252,23 @@ class _Transaction:
 
 def _entry_row(domain: str, e: Entry) -> tuple[object, ...]:
     return (
-        domain, e.tag, e.id, e.role, e.kind, e.content, e.tool_name, e.call_id, e.importance, e.ttl,
-        e.created_at, e.tokens, e.state, e.layer, e.unit, e.pin, e.compact, e.compact_tokens, e.refs,
+        domain,
+        e.tag,
+        e.id,
+        e.role,
+        e.kind,
+        e.content,
+        e.tool_name,
+        e.call_id,
+        e.importance,
+        e.ttl,
+        e.created_at,
+        e.tokens,
+        e.state,
+        e.layer,
+        e.unit,
+        e.pin,
+        e.compact,
+        e.compact_tokens,
+        e.refs,
     )

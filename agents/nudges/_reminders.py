@@ -24,8 +24,7 @@ _FULL_TEXT: dict[Band, str] = {
         "from an output, release it with ctx_reduce; no need to wait for the end of the task."
     ),
     Band.FIRM: (
-        "{summary} could be released. Take one ctx_reduce pass over the outputs you have "
-        "finished with, then carry on."
+        "{summary} could be released. Take one ctx_reduce pass over the outputs you have finished with, then carry on."
     ),
     Band.URGENT: (
         "{summary} are still held in context. Before your next tool call, release every "

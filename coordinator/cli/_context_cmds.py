@@ -23,7 +23,13 @@ __all__: list[str] = []
 def replay(
     files: Annotated[
         list[Path],
-        typer.Argument(exists=True, dir_okay=False, readable=True, metavar="FILE.jsonl...", help="Transcripts, one message per line."),
+        typer.Argument(
+            exists=True,
+            dir_okay=False,
+            readable=True,
+            metavar="FILE.jsonl...",
+            help="Transcripts, one message per line.",
+        ),
     ],
     budget: Annotated[int, typer.Option("--budget", "-b", min=4096, help="Context window in tokens.")] = 16_000,
     as_json: JsonOption = False,
@@ -67,7 +73,8 @@ def inspect(
     agent: Annotated[str, typer.Argument(help="The agent's id.")],
     domain: DomainOption,
     store: Annotated[
-        Path | None, typer.Option(help="The agent's SQLite file [default: <state dir>/agents/USER/SESSION/TASK/AGENT.db].")
+        Path | None,
+        typer.Option(help="The agent's SQLite file [default: <state dir>/agents/USER/SESSION/TASK/AGENT.db]."),
     ] = None,
     full: Annotated[bool, typer.Option("--full", help="Print every item in full, not just its first line.")] = False,
     as_json: JsonOption = False,
@@ -79,11 +86,17 @@ def inspect(
     path = store or agent_store(domain, agent)
     layers = inspect_store(path, domain)
     if as_json:
-        print_json([
-            {"layer": v.name, "budget": v.budget, "tokens": v.tokens,
-             "items": [{"tag": i.tag, "kind": i.kind, "tokens": i.tokens, "text": i.text} for i in v.items]}
-            for v in layers
-        ])
+        print_json(
+            [
+                {
+                    "layer": v.name,
+                    "budget": v.budget,
+                    "tokens": v.tokens,
+                    "items": [{"tag": i.tag, "kind": i.kind, "tokens": i.tokens, "text": i.text} for i in v.items],
+                }
+                for v in layers
+            ]
+        )
         return
     for view in layers:
         console.rule(f"{view.name}: {view.tokens:,} / {view.budget:,} tokens, {len(view.items)} items")

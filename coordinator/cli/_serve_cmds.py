@@ -22,15 +22,11 @@ __all__: list[str] = []
 DEFAULT_NATS_PORT: Final = 4222
 """The standard NATS client port, so other tools find the embedded server."""
 
-PortOption = Annotated[
-    int, typer.Option("--port", min=0, max=65535, help="Client port; 0 picks any free one.")
-]
+PortOption = Annotated[int, typer.Option("--port", min=0, max=65535, help="Client port; 0 picks any free one.")]
 DataDirOption = Annotated[
     Path | None, typer.Option("--data-dir", help="NATS store directory [default: <state dir>/nats].")
 ]
-SyncOption = Annotated[
-    str, typer.Option("--sync-interval", help="JetStream fsync interval: 'always', or e.g. '2m'.")
-]
+SyncOption = Annotated[str, typer.Option("--sync-interval", help="JetStream fsync interval: 'always', or e.g. '2m'.")]
 BudgetOption = Annotated[
     int | None,
     typer.Option("--brief-budget", min=1, metavar="TOKENS", help="Fold old done items when the brief exceeds this."),
@@ -71,8 +67,12 @@ def up(
 @app.command(rich_help_panel="Servers")
 def coordinator(
     nats: NatsOption = DEFAULT_NATS_URL,
-    coordinator_id: Annotated[str | None, typer.Option("--id", help="Id in logs and commits [default: coord-<host>-<pid>].")] = None,
-    snapshot_every: Annotated[int, typer.Option(min=1, help="Commits between brief snapshots.")] = DEFAULT_SNAPSHOT_EVERY,
+    coordinator_id: Annotated[
+        str | None, typer.Option("--id", help="Id in logs and commits [default: coord-<host>-<pid>].")
+    ] = None,
+    snapshot_every: Annotated[
+        int, typer.Option(min=1, help="Commits between brief snapshots.")
+    ] = DEFAULT_SNAPSHOT_EVERY,
     brief_budget: BudgetOption = None,
 ) -> None:
     """Run the coordinator daemon against an existing NATS server or cluster.
@@ -94,9 +94,7 @@ def _config(coordinator_id: str | None, brief_budget: int | None) -> Coordinator
 
 
 def _embedded(host: str, port: int, data_dir: Path | None, sync_interval: str) -> EmbeddedServer:
-    return EmbeddedServer(
-        data_dir or default_state_dir() / "nats", host=host, port=port, sync_interval=sync_interval
-    )
+    return EmbeddedServer(data_dir or default_state_dir() / "nats", host=host, port=port, sync_interval=sync_interval)
 
 
 async def _run(server: EmbeddedServer, config: CoordinatorConfig | None) -> None:

@@ -22,8 +22,8 @@ from coordinator.cli._common import (
     NatsOption,
     bus_config,
     console,
-    print_json,
     parse_domain,
+    print_json,
     run_async,
 )
 from schemas import Domain, Presence
@@ -35,7 +35,9 @@ __all__: list[str] = []
 def status(
     domain: Annotated[
         Domain | None,
-        typer.Option("--domain", "-d", metavar="USER/SESSION/TASK", parser=parse_domain, help="Also list this task's agents."),
+        typer.Option(
+            "--domain", "-d", metavar="USER/SESSION/TASK", parser=parse_domain, help="Also list this task's agents."
+        ),
     ] = None,
     nats: NatsOption = DEFAULT_NATS_URL,
     as_json: JsonOption = False,

@@ -65,14 +65,33 @@ async def test_replicas_converge_through_coordinator_and_server_crashes(
     await client.close()
 
     coordinators = [
-        _spawn("-m", "coordinator.cli", "coordinator", "--nats", url, "--id", f"c{i}", "--snapshot-every", "100",
-               log=tmp_path / f"c{i}.log")
+        _spawn(
+            "-m",
+            "coordinator.cli",
+            "coordinator",
+            "--nats",
+            url,
+            "--id",
+            f"c{i}",
+            "--snapshot-every",
+            "100",
+            log=tmp_path / f"c{i}.log",
+        )
         for i in range(2)
     ]
     processes.extend(coordinators)
     workers = {
-        agent: _spawn("-m", "tests.brief._agent_worker", url, str(domain), agent, str(OPS), str(seed), str(tmp_path),
-                      log=tmp_path / f"{agent}.log")
+        agent: _spawn(
+            "-m",
+            "tests.brief._agent_worker",
+            url,
+            str(domain),
+            agent,
+            str(OPS),
+            str(seed),
+            str(tmp_path),
+            log=tmp_path / f"{agent}.log",
+        )
         for seed, (agent, domain) in enumerate([*((a, A) for a in AGENTS_A), *((b, B) for b in AGENTS_B)])
     }
     processes.extend(workers.values())

@@ -13,7 +13,6 @@ from anyio.abc import TaskGroup
 
 from agents.brief import BriefReplica, Proposer
 from bus import BriefLog, BriefState, NatsClient, Verb, request, subject
-from tests._support import running_coordinator
 from coordinator import GLOBAL_DLQ, METRICS_SUBJECT, STATUS_SUBJECT
 from schemas import (
     AddDecision,
@@ -32,6 +31,7 @@ from schemas import (
     TaskBrief,
     brief_hash,
 )
+from tests._support import running_coordinator
 
 
 def _domain() -> Domain:
@@ -130,19 +130,23 @@ async def test_bad_input_is_rejected_dead_lettered_and_service_goes_on(
         sender="a",
         body={"domain": str(domain), "author": "a", "key": "k", "op": {"op": "rewrite_history"}},
     )
-    answer = ReplyAdapter.validate_python(Envelope.decode(await request(client, propose, unknown_op.encode(), timeout=5)).body)
+    answer = ReplyAdapter.validate_python(
+        Envelope.decode(await request(client, propose, unknown_op.encode(), timeout=5)).body
+    )
     assert isinstance(answer, Rejection) and answer.code is RejectionCode.INVALID_OP
     assert "rewrite_history" in answer.reason
 
-    too_long = unknown_op.model_copy(
-        update={"body": {**unknown_op.body, "op": {"op": "add_note", "text": "x" * 5000}}}
+    too_long = unknown_op.model_copy(update={"body": {**unknown_op.body, "op": {"op": "add_note", "text": "x" * 5000}}})
+    answer = ReplyAdapter.validate_python(
+        Envelope.decode(await request(client, propose, too_long.encode(), timeout=5)).body
     )
-    answer = ReplyAdapter.validate_python(Envelope.decode(await request(client, propose, too_long.encode(), timeout=5)).body)
     assert isinstance(answer, Rejection) and answer.code is RejectionCode.FIELD_TOO_LONG
     assert "5,000 characters long" in answer.reason
 
     other = Envelope(type=MessageType.PROPOSAL, domain=_domain(), sender="a", body={})
-    answer = ReplyAdapter.validate_python(Envelope.decode(await request(client, propose, other.encode(), timeout=5)).body)
+    answer = ReplyAdapter.validate_python(
+        Envelope.decode(await request(client, propose, other.encode(), timeout=5)).body
+    )
     assert isinstance(answer, Rejection) and answer.code is RejectionCode.WRONG_DOMAIN
 
     global_dlq = await client.subscribe(GLOBAL_DLQ)

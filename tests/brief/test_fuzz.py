@@ -13,21 +13,56 @@ from hypothesis import strategies as st
 
 from agents.brief import Proposer
 from bus import NatsClient, Verb, request, subject
-from tests._support import running_coordinator
 from schemas import AddNote, Committed, Domain, Envelope, MessageType, Rejection, ReplyAdapter
+from tests._support import running_coordinator
 
 DOMAIN = Domain.parse(f"fuzz/s/{uuid.uuid4().hex[:8]}")
 
-scalars = st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False) | st.text(max_size=40) | st.binary(max_size=40)
-values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=8)
-ops = st.sampled_from(
-    ["set_goal", "add_pending", "complete", "add_decision", "reject", "reopen", "add_constraint",
-     "remove_constraint", "add_blocker", "resolve_blocker", "add_note", "close", "fold_done", "drop_table", ""]
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=40)
+    | st.binary(max_size=40)
 )
-op_bodies = st.fixed_dictionaries({"op": ops}, optional={
-    "text": values, "item_id": values, "option": values, "reason": values, "outcome": values,
-    "rationale": values, "supersedes": values, "item_ids": values,
-})
+values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8,
+)
+ops = st.sampled_from(
+    [
+        "set_goal",
+        "add_pending",
+        "complete",
+        "add_decision",
+        "reject",
+        "reopen",
+        "add_constraint",
+        "remove_constraint",
+        "add_blocker",
+        "resolve_blocker",
+        "add_note",
+        "close",
+        "fold_done",
+        "drop_table",
+        "",
+    ]
+)
+op_bodies = st.fixed_dictionaries(
+    {"op": ops},
+    optional={
+        "text": values,
+        "item_id": values,
+        "option": values,
+        "reason": values,
+        "outcome": values,
+        "rationale": values,
+        "supersedes": values,
+        "item_ids": values,
+    },
+)
 bodies = st.fixed_dictionaries(
     {},
     optional={
@@ -55,7 +90,9 @@ async def test_any_body_gets_an_answer(served: NatsClient, body: dict[str, Any])
         data = envelope.encode()
     except Exception:  # not even encodable (e.g. too big): nothing to send
         return
-    reply = ReplyAdapter.validate_python(Envelope.decode(await request(served, subject(DOMAIN, Verb.PROPOSE), data, timeout=5)).body)
+    reply = ReplyAdapter.validate_python(
+        Envelope.decode(await request(served, subject(DOMAIN, Verb.PROPOSE), data, timeout=5)).body
+    )
     assert isinstance(reply, (Committed, Rejection))
     if isinstance(reply, Rejection):
         assert reply.reason.strip()
@@ -64,10 +101,14 @@ async def test_any_body_gets_an_answer(served: NatsClient, body: dict[str, Any])
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(raw=st.binary(max_size=300) | values.map(lambda v: msgpack.packb(v, use_bin_type=True)))
 async def test_any_bytes_get_an_answer(served: NatsClient, raw: bytes) -> None:
-    reply = ReplyAdapter.validate_python(Envelope.decode(await request(served, subject(DOMAIN, Verb.PROPOSE), raw, timeout=5)).body)
+    reply = ReplyAdapter.validate_python(
+        Envelope.decode(await request(served, subject(DOMAIN, Verb.PROPOSE), raw, timeout=5)).body
+    )
     assert isinstance(reply, Rejection) and reply.code == "invalid_op"
 
 
 async def test_still_serving_after_the_fuzz(served: NatsClient) -> None:
-    reply = await Proposer(served, Domain.parse(f"fuzz/after/{uuid.uuid4().hex[:6]}"), agent_id="a").propose(AddNote(text="alive"))
+    reply = await Proposer(served, Domain.parse(f"fuzz/after/{uuid.uuid4().hex[:6]}"), agent_id="a").propose(
+        AddNote(text="alive")
+    )
     assert reply == Committed(revision=1)

@@ -50,9 +50,7 @@ def test_commit_already_applied_is_skipped() -> None:
 
 def test_commit_after_a_gap_is_refused() -> None:
     brief = seeded()
-    with pytest.raises(
-        ReplayError, match=f"revisions {brief.revision + 1}..{brief.revision + 1} are missing"
-    ):
+    with pytest.raises(ReplayError, match=f"revisions {brief.revision + 1}..{brief.revision + 1} are missing"):
         apply(brief, _commit(brief, AddNote(text="x"), revision=brief.revision + 2))
 
 
@@ -121,9 +119,7 @@ WORDS = (
     "Grüße 世界",
 )
 # Strategies are built once: building them per step costs more than running the rules.
-TEXTS = st.one_of(
-    st.sampled_from(WORDS), st.text(alphabet="abxyZ é世 ", min_size=1, max_size=12).filter(str.strip)
-)
+TEXTS = st.one_of(st.sampled_from(WORDS), st.text(alphabet="abxyZ é世 ", min_size=1, max_size=12).filter(str.strip))
 REASONS = st.one_of(st.just(""), TEXTS)
 INDEX = st.integers(min_value=0, max_value=63)
 FLIP = st.booleans()

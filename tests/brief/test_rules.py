@@ -206,9 +206,7 @@ REFUSED = [
             f"{b.rejected[0].reason}"
         ),
     ),
-    Refused(
-        "complete_unknown", lambda b: Complete(item_id="p999"), RejectionCode.UNKNOWN_ITEM, lambda b: "'p999'"
-    ),
+    Refused("complete_unknown", lambda b: Complete(item_id="p999"), RejectionCode.UNKNOWN_ITEM, lambda b: "'p999'"),
     Refused(
         "complete_a_decision",
         lambda b: Complete(item_id=b.decisions[0].id),
@@ -239,9 +237,7 @@ REFUSED = [
         RejectionCode.UNKNOWN_ITEM,
         lambda b: "'Redis' is not rejected",
     ),
-    Refused(
-        "fold_unknown", lambda b: FoldDone(item_ids=("p999",)), RejectionCode.UNKNOWN_ITEM, lambda b: "'p999'"
-    ),
+    Refused("fold_unknown", lambda b: FoldDone(item_ids=("p999",)), RejectionCode.UNKNOWN_ITEM, lambda b: "'p999'"),
     Refused(
         "reject_without_reason",
         lambda b: Reject(option="Redis", reason="   "),
@@ -284,9 +280,7 @@ REFUSED = [
         RejectionCode.DUPLICATE,
         lambda b: b.blockers[0].id,
     ),
-    Refused(
-        "same_note", lambda b: AddNote(text=b.notes[0].text), RejectionCode.DUPLICATE, lambda b: b.notes[0].id
-    ),
+    Refused("same_note", lambda b: AddNote(text=b.notes[0].text), RejectionCode.DUPLICATE, lambda b: b.notes[0].id),
     Refused(
         "rejected_twice",
         lambda b: Reject(option="Local Lock + Unique Index", reason="still"),
@@ -377,9 +371,7 @@ BAD_BODIES = [
         "op.add_note.text",
         id="blank_text",
     ),
-    pytest.param(
-        {"op": {"op": "close", "force": True}}, RejectionCode.INVALID_OP, "op.close.force", id="extra_field"
-    ),
+    pytest.param({"op": {"op": "close", "force": True}}, RejectionCode.INVALID_OP, "op.close.force", id="extra_field"),
     pytest.param({"domain": "alice/s1/t.1"}, RejectionCode.INVALID_OP, "contains '.'", id="bad_domain"),
     pytest.param({"key": ""}, RejectionCode.INVALID_OP, "'key'", id="empty_key"),
     pytest.param(

@@ -27,9 +27,7 @@ def _ctxbus(*args: str, env_dir: Path) -> subprocess.Popen[str]:
 def test_version_and_help(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "coordinator.cli", "--version"], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.startswith("ctxbus ")
-    helped = subprocess.run(
-        [sys.executable, "-m", "coordinator.cli", "nats", "--help"], capture_output=True, text=True
-    )
+    helped = subprocess.run([sys.executable, "-m", "coordinator.cli", "nats", "--help"], capture_output=True, text=True)
     assert helped.returncode == 0 and "sync_interval:" in helped.stdout
 
 

@@ -14,7 +14,9 @@ import pytest
 
 
 def _run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "coordinator.cli", *args], capture_output=True, text=True, env=env, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "coordinator.cli", *args], capture_output=True, text=True, env=env, timeout=60
+    )
 
 
 @pytest.fixture
@@ -44,7 +46,10 @@ def test_two_agents_propose_and_every_reader_agrees(up: dict[str, str]) -> None:
     first = _run("brief", "propose", "set_goal", "ship the cache", "--agent", "alice", "--json", env=up)
     assert first.returncode == 0, first.stderr
     assert json.loads(first.stdout) == {"status": "committed", "revision": 1, "duplicate": False}
-    assert _run("brief", "propose", "reject", "redis lock", "--reason", "no redis in prod", "-a", "bob", env=up).returncode == 0
+    assert (
+        _run("brief", "propose", "reject", "redis lock", "--reason", "no redis in prod", "-a", "bob", env=up).returncode
+        == 0
+    )
     refused = _run("brief", "propose", "add_decision", "Redis lock", "-a", "carol", env=up)
     assert refused.returncode == 1
     assert "rejected at rev 2 by bob: no redis in prod" in refused.stdout

@@ -84,9 +84,7 @@ def probes_for(root: Path, path: Path) -> list[str]:
 
 def add_raw(ctx: LocalContext, m: dict[str, Any]) -> int:
     """Add one transcript line."""
-    return ctx.add(
-        m["role"], m["content"], tool_name=m.get("tool_name") or None, call_id=m.get("tool_call_id") or None
-    )
+    return ctx.add(m["role"], m["content"], tool_name=m.get("tool_name") or None, call_id=m.get("tool_call_id") or None)
 
 
 def rendered_tokens(tokenizer: Tokenizer, messages: list[dict[str, str]], overhead: int = 4) -> int:

@@ -56,7 +56,9 @@ def test_early_constraints_survive_real_sessions_at_16k(
 def test_mini_swe_rules_are_in_every_final_prompt(transcripts: Path) -> None:
     files = sorted((transcripts / "mini-swe-agent").glob("*.jsonl"))
     assert len(files) == 17, "the README lists 17 mini-swe-agent sessions"
-    assert all("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && cat patch.txt" in probes_for(transcripts, f) for f in files)
+    assert all(
+        "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && cat patch.txt" in probes_for(transcripts, f) for f in files
+    )
 
 
 def test_early_constraints_survive_long_generated_history(make_ctx: MakeContext) -> None:
@@ -77,8 +79,12 @@ def test_early_constraints_survive_long_generated_history(make_ctx: MakeContext)
         if turn == 5:
             ctx.add("user", rules[3])
         ctx.add("assistant", " ".join(rnd.choice(vocab) for _ in range(30)), tool_name="sh", call_id=f"c{turn}")
-        ctx.add("tool", "\n".join(" ".join(rnd.choice(vocab) for _ in range(12)) for _ in range(rnd.randint(1, 60))),
-                tool_name="sh", call_id=f"c{turn}")
+        ctx.add(
+            "tool",
+            "\n".join(" ".join(rnd.choice(vocab) for _ in range(12)) for _ in range(rnd.randint(1, 60))),
+            tool_name="sh",
+            call_id=f"c{turn}",
+        )
         if turn % 10 == 0:
             ctx.compose()
     result = ctx.compose("What is left to do?")

@@ -82,8 +82,17 @@ def test_facts_are_kept_verbatim() -> None:
         "ticket django-11797 costs $300 and 2.5 GB at 10:00 AM, see §12§ and lookups.py"
     )
     found = facts(text)
-    for fact in ("/srv/app/config.yaml", "https://example.com/api?v=2", "30 minutes", "django-11797",
-                 "$300", "2.5 GB", "10:00 AM", "§12§", "lookups.py"):
+    for fact in (
+        "/srv/app/config.yaml",
+        "https://example.com/api?v=2",
+        "30 minutes",
+        "django-11797",
+        "$300",
+        "2.5 GB",
+        "10:00 AM",
+        "§12§",
+        "lookups.py",
+    ):
         assert fact in found
 
 

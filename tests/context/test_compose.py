@@ -12,8 +12,9 @@ from tests.context.conftest import Clock, MakeContext, rendered_tokens
 
 def _tool_turn(ctx: LocalContext, i: int, size: int = 40) -> tuple[int, int]:
     call = ctx.add("assistant", f"Looking at part {i}.", tool_name="bash", call_id=f"c{i}")
-    result = ctx.add("tool", "\n".join(f"line {j} of output {i}" for j in range(size)), tool_name="bash",
-                     call_id=f"c{i}")
+    result = ctx.add(
+        "tool", "\n".join(f"line {j} of output {i}" for j in range(size)), tool_name="bash", call_id=f"c{i}"
+    )
     return call, result
 
 
@@ -86,7 +87,9 @@ def test_soft_pins_are_demoted_before_hard_constraints(make_ctx: MakeContext) ->
     assert any(item.tag == rule for item in pinned.items)
 
 
-def test_hard_constraints_that_alone_exceed_the_budget_are_reported(make_ctx: MakeContext, tokenizer: Tokenizer) -> None:
+def test_hard_constraints_that_alone_exceed_the_budget_are_reported(
+    make_ctx: MakeContext, tokenizer: Tokenizer
+) -> None:
     ctx = make_ctx(window=700, settings={"reserve_system": 100, "reserve_output": 100})
     rules = [ctx.add("user", f"Rule {i}: never use library number {i} in module m{i}.py.") for i in range(40)]
     result = ctx.compose()
@@ -125,9 +128,7 @@ def test_expired_low_value_chat_is_dropped_the_rest_summarized(make_ctx: MakeCon
     assert "18:00" in summary.items[0].text
 
 
-def test_every_trim_and_compose_is_logged_with_extras(
-    make_ctx: MakeContext, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_every_trim_and_compose_is_logged_with_extras(make_ctx: MakeContext, caplog: pytest.LogCaptureFixture) -> None:
     ctx = make_ctx(window=2_000, settings={"reserve_system": 300, "reserve_output": 300})
     for i in range(30):
         _tool_turn(ctx, i)
@@ -138,7 +139,10 @@ def test_every_trim_and_compose_is_logged_with_extras(
     assert len(trims) == len(report.trims) > 0
     for record, trim in zip(trims, report.trims, strict=True):
         assert (record.msg_id, record.tag, record.reason, record.destination) == (  # type: ignore[attr-defined]
-            trim.id, trim.tag, trim.reason, trim.destination
+            trim.id,
+            trim.tag,
+            trim.reason,
+            trim.destination,
         )
         assert record.domain == "alice/s1/t1"  # type: ignore[attr-defined]
     composed = [r for r in caplog.records if getattr(r, "event", None) == "compose"]

@@ -101,9 +101,7 @@ def test_unknown_references_modes_and_closed_use(make_ctx: MakeContext, tmp_path
 
 
 def test_message_model_validates_its_fields() -> None:
-    good = Message(
-        id=message_id("hi", 3), tag=3, role="user", kind="chat", content="hi", created_at=0.0, tokens=4
-    )
+    good = Message(id=message_id("hi", 3), tag=3, role="user", kind="chat", content="hi", created_at=0.0, tokens=4)
     assert good.id.endswith("-3") and len(good.id.split("-")[0]) == 16
     assert Message(**{**good.model_dump(), "call_id": "a, b"}).call_ids == ("a", "b")
     for bad in ({"role": "robot"}, {"kind": "gossip"}, {"importance": 2.0}, {"state": "lost"}, {"tag": 0}):

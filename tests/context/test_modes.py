@@ -46,7 +46,9 @@ def test_mode_descriptor_rules() -> None:
 
 def test_custom_mode_and_restore_keeps_newer_messages(make_ctx: MakeContext) -> None:
     review = ModeDescriptor(
-        name="review", system_template="You review code.", kinds=frozenset({"chat", "conclusion"}),
+        name="review",
+        system_template="You review code.",
+        kinds=frozenset({"chat", "conclusion"}),
         output_constraint="List problems only.",
     )
     ctx = make_ctx(modes=[review])

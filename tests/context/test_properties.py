@@ -35,8 +35,12 @@ drop_event = st.tuples(st.just("drop"), st.integers(0, 10_000))
 events = st.lists(st.one_of(chat_event, tool_event, compose_event, drop_event), min_size=1, max_size=60)
 configs = st.builds(
     lambda window, sys_r, out_r, protected, threshold, split: ContextConfig(
-        window=window, reserve_system=sys_r, reserve_output=out_r, protected_recent=protected,
-        archive_threshold=threshold, split=split,
+        window=window,
+        reserve_system=sys_r,
+        reserve_output=out_r,
+        protected_recent=protected,
+        archive_threshold=threshold,
+        split=split,
     ),
     st.sampled_from([700, 1_200, 2_500, 6_000, 16_000]),
     st.integers(0, 150),
@@ -72,7 +76,9 @@ def _check(ctx: LocalContext, model: Model, tokenizer: Tokenizer, user_input: st
     assert report.total <= report.budget
     assert rendered_tokens(tokenizer, result.messages, ctx.config.message_overhead) <= report.budget
     rolling = [item.tag for view in result.layers if view.name == "rolling" for item in view.items]
-    pinned = [item.tag for view in result.layers if view.name == "pinned" for item in view.items if item.kind != "constraint"]
+    pinned = [
+        item.tag for view in result.layers if view.name == "pinned" for item in view.items if item.kind != "constraint"
+    ]
     shown = set(rolling)
     assert len(shown) == len(rolling) and not shown & set(pinned), "a message is shown at most once"
     for unit in model.units:
@@ -101,16 +107,27 @@ def test_compose_respects_budget_and_pairs(
                 case ("tool", int(n_results), list(sizes), bool(with_ids)):
                     calls += 1
                     ids = [f"c{calls}_{k}" for k in range(n_results)]
-                    unit = [ctx.add("assistant", _text(rnd, 10), tool_name="sh",
-                                    call_id=",".join(ids) if with_ids else None)]
+                    unit = [
+                        ctx.add(
+                            "assistant", _text(rnd, 10), tool_name="sh", call_id=",".join(ids) if with_ids else None
+                        )
+                    ]
                     for k in range(n_results if with_ids else 1):
-                        unit.append(ctx.add("tool", _text(rnd, int(sizes[k])), tool_name="sh",
-                                            call_id=ids[k] if with_ids else None))
+                        unit.append(
+                            ctx.add(
+                                "tool", _text(rnd, int(sizes[k])), tool_name="sh", call_id=ids[k] if with_ids else None
+                            )
+                        )
                     model.units.append(unit)
                     model.tags += unit
                 case ("compose", int(words), bool(with_brief)):
-                    _check(ctx, model, tokenizer, _text(rnd, words) if words else "",
-                           "goal: ship it\nconstraint: no more than 5 files" if with_brief else None)
+                    _check(
+                        ctx,
+                        model,
+                        tokenizer,
+                        _text(rnd, words) if words else "",
+                        "goal: ship it\nconstraint: no more than 5 files" if with_brief else None,
+                    )
                 case ("drop", int(index)) if model.tags:
                     ctx.drop([model.tags[index % len(model.tags)]])
         _check(ctx, model, tokenizer, "", None)

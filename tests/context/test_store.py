@@ -17,8 +17,12 @@ def _fill(ctx: LocalContext) -> None:
     ctx.add("user", "Make cron parsing strict. Never accept 6-field expressions.")
     for i in range(40):
         ctx.add("assistant", f"Check case {i}.", tool_name="pytest", call_id=f"p{i}")
-        ctx.add("tool", f"case {i}: " + ("ok " * 40) + ("\nERROR boom" if i % 9 == 0 else ""), tool_name="pytest",
-                call_id=f"p{i}")
+        ctx.add(
+            "tool",
+            f"case {i}: " + ("ok " * 40) + ("\nERROR boom" if i % 9 == 0 else ""),
+            tool_name="pytest",
+            call_id=f"p{i}",
+        )
     ctx.add("tool", "\n".join(f"row {i} value {i * i}" for i in range(400)), tool_name="dump")
 
 

@@ -11,7 +11,13 @@ def _msg(
     tag: int, content: str, role: MessageRole = "assistant", kind: MessageKind = "chat", **extra: object
 ) -> Message:
     return Message(
-        id=message_id(content, tag), tag=tag, role=role, kind=kind, content=content, created_at=0.0, tokens=1,
+        id=message_id(content, tag),
+        tag=tag,
+        role=role,
+        kind=kind,
+        content=content,
+        created_at=0.0,
+        tokens=1,
         **extra,  # type: ignore[arg-type]
     )
 
@@ -29,8 +35,15 @@ def test_extractive_summary_keeps_numbers_negations_names_paths_ids_urls() -> No
     )
     line = summarizer.summarize([_msg(7, text)])
     assert line.startswith("§7§ assistant: ")
-    for fact in ("512 MB", "must not", "/opt/svc/worker.py", "https://git.example.com/svc/pull/42", "95 ms",
-                 "a1b2c3d", "Alice"):
+    for fact in (
+        "512 MB",
+        "must not",
+        "/opt/svc/worker.py",
+        "https://git.example.com/svc/pull/42",
+        "95 ms",
+        "a1b2c3d",
+        "Alice",
+    ):
         assert fact in line
     assert len(line) < len(text) / 2
 

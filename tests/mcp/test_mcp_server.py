@@ -110,7 +110,9 @@ async def test_every_tool_the_resource_and_bad_input(url: str, domain: str, tmp_
 
         # Refusals and bad input are error results the model can read; the server lives on.
         refused = await propose(mcp, op="add_decision", option="Redis lock")
-        assert refused.is_error and "rejected (rejected_option)" in text(refused) and "no redis in prod" in text(refused)
+        assert (
+            refused.is_error and "rejected (rejected_option)" in text(refused) and "no redis in prod" in text(refused)
+        )
         unknown = await propose(mcp, op="frobnicate")
         assert unknown.is_error and "unknown op 'frobnicate'; use one of: set_goal" in text(unknown)
         assert "has no 'op' field" in text(await call(mcp, "brief_propose", op={"text": "x"}))

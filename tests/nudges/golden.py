@@ -157,9 +157,7 @@ def _tool_tag_by_arc(
     tags: list[dict[str, Any]], messages: list[dict[str, Any]], owners: dict[str, str]
 ) -> dict[str, int]:
     blocks = {
-        f"{message['mid']}#{index}": block
-        for message in messages
-        for index, block in enumerate(message["blocks"])
+        f"{message['mid']}#{index}": block for message in messages for index, block in enumerate(message["blocks"])
     }
     first_owner: dict[str, str] = {}
     for key, block in blocks.items():

@@ -46,15 +46,11 @@ class Tail:
     def _next_tag(self) -> int:
         return self.tags[-1].number + 1 if self.tags else 1
 
-    def text(
-        self, tokens: int, *, tagged: bool = True, synthetic: bool = False, word: str = "t"
-    ) -> int | None:
+    def text(self, tokens: int, *, tagged: bool = True, synthetic: bool = False, word: str = "t") -> int | None:
         number = self._next_tag() if tagged else None
         text = words(tokens, f"{word}{len(self.parts)}")
         self.parts.append(
-            TailPart(
-                key=f"p{len(self.parts)}", kind=PartKind.TEXT, text=text, tag=number, synthetic=synthetic
-            )
+            TailPart(key=f"p{len(self.parts)}", kind=PartKind.TEXT, text=text, tag=number, synthetic=synthetic)
         )
         if number is not None:
             self.tags.append(TailTag(number, TagKind.MESSAGE, tokens=tokens))
@@ -89,9 +85,7 @@ class Tail:
         )
 
     def reasoning(self, tokens: int) -> None:
-        self.parts.append(
-            TailPart(key=f"p{len(self.parts)}", kind=PartKind.REASONING, text=words(tokens, "r"))
-        )
+        self.parts.append(TailPart(key=f"p{len(self.parts)}", kind=PartKind.REASONING, text=words(tokens, "r")))
 
     def set_state(self, number: int, state: TagState) -> None:
         self.tags = [replace(tag, state=state) if tag.number == number else tag for tag in self.tags]

@@ -163,10 +163,7 @@ def test_a_restart_in_the_middle_keeps_the_decision_state(tmp_path: Path) -> Non
 
     restarted = Channel1(SqliteNudgeStateStore(path))
     assert restarted.state == fired_at(Band.FIRM, 85_000, turn=1)
-    assert (
-        restarted.after_tool_call("bash", measure_of(90_000, T), user_turn=2).decision.verdict
-        is Verdict.CADENCE
-    )
+    assert restarted.after_tool_call("bash", measure_of(90_000, T), user_turn=2).decision.verdict is Verdict.CADENCE
     restarted.after_reduce(measure_of(20_000, T))
 
     again = Channel1(SqliteNudgeStateStore(path))
@@ -178,9 +175,7 @@ def test_a_restart_in_the_middle_keeps_the_decision_state(tmp_path: Path) -> Non
 
 def test_sqlite_scopes_are_independent(tmp_path: Path) -> None:
     path = tmp_path / "agent.sqlite"
-    Channel1(SqliteNudgeStateStore(path, scope="a")).after_tool_call(
-        "bash", measure_of(45_000, T), user_turn=0
-    )
+    Channel1(SqliteNudgeStateStore(path, scope="a")).after_tool_call("bash", measure_of(45_000, T), user_turn=0)
     assert Channel1(SqliteNudgeStateStore(path, scope="b")).state == Channel1State()
 
 
@@ -195,8 +190,6 @@ def test_a_corrupt_stored_state_is_reported(tmp_path: Path) -> None:
     store = SqliteNudgeStateStore(tmp_path / "agent.sqlite")
     store.save(NudgeState())
     with closing(sqlite3.connect(tmp_path / "agent.sqlite")) as conn, conn:
-        conn.execute(
-            "UPDATE nudge_state SET body = ?", ('{"version": 1, "channel1": {"level": "channel2"}}',)
-        )
+        conn.execute("UPDATE nudge_state SET body = ?", ('{"version": 1, "channel1": {"level": "channel2"}}',))
     with pytest.raises(NudgeStateCorrupt, match="scope 'agent'"):
         store.load()

@@ -26,9 +26,7 @@ from tests.nudges.helpers import Tail, WordCounter, words
 
 
 def walk(tail: Tail, *, floor: int = 0, queued: frozenset[int] = frozenset()) -> tuple[int, int]:
-    measure = HygieneWalker(WordCounter(), protected_floor=floor).measure(
-        tail.parts, tail.tags, queued=queued
-    )
+    measure = HygieneWalker(WordCounter(), protected_floor=floor).measure(tail.parts, tail.tags, queued=queued)
     return measure.u, measure.t
 
 
@@ -60,9 +58,7 @@ def test_window_ignores_text_and_file_tags() -> None:
 
 
 def test_dropped_tool_tags_still_carry_window_mass() -> None:
-    tags = [
-        replace(tag, state=TagState.DROPPED) if tag.number == 4 else tag for tag in tools(100, 100, 100, 100)
-    ]
+    tags = [replace(tag, state=TagState.DROPPED) if tag.number == 4 else tag for tag in tools(100, 100, 100, 100)]
     assert protection_window(tags, floor=300) == {2, 3, 4}
 
 
@@ -174,9 +170,7 @@ def test_our_reminder_span_is_left_out() -> None:
 
 def test_fixed_token_figures_are_used_for_images() -> None:
     tail = Tail(
-        parts=[
-            TailPart(key="img", kind=PartKind.FILE, text="data:image/png;base64,AAAA", tag=1, tokens=1_200)
-        ],
+        parts=[TailPart(key="img", kind=PartKind.FILE, text="data:image/png;base64,AAAA", tag=1, tokens=1_200)],
         tags=[TailTag(1, TagKind.FILE, tokens=1_200)],
     )
     assert walk(tail) == (1_200, 1_200)

@@ -106,7 +106,5 @@ def test_incremental_walk_matches_a_fresh_walk(plan: list[Step], floor: int) -> 
     for step in plan:
         step.apply(tail, queued)
         got = walker.measure(tail.parts, tail.tags, queued=queued)
-        fresh = HygieneWalker(WordCounter(), protected_floor=floor).measure(
-            tail.parts, tail.tags, queued=queued
-        )
+        fresh = HygieneWalker(WordCounter(), protected_floor=floor).measure(tail.parts, tail.tags, queued=queued)
         assert replace(got, full=True) == fresh

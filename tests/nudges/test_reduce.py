@@ -78,9 +78,7 @@ def test_reversed_range_suggests_the_fix() -> None:
     assert (raised.value.start, raised.value.end) == (5, 3)
 
 
-@pytest.mark.parametrize(
-    "spec", ["1-1000000000", "1-5001", "1-3000,4000-6001", "99999999999", "1-" + "9" * 4000]
-)
+@pytest.mark.parametrize("spec", ["1-1000000000", "1-5001", "1-3000,4000-6001", "99999999999", "1-" + "9" * 4000])
 def test_huge_ranges_are_refused_before_expanding(spec: str) -> None:
     with pytest.raises(DropRangeTooLarge):
         parse_drop_spec(spec)
@@ -159,13 +157,8 @@ def test_queued_drops_leave_u_now_and_t_at_the_next_compose() -> None:
 
 def test_a_dropped_message_leaves_exactly_its_placeholder() -> None:
     assert drop_placeholder(12) == "[dropped §12§]"
-    assert (
-        drop_style(TailTag(12, TagKind.MESSAGE), newer_tool_calls=0, argument_bytes=0)
-        is DropStyle.PLACEHOLDER
-    )
-    assert (
-        drop_style(TailTag(12, TagKind.FILE), newer_tool_calls=0, argument_bytes=0) is DropStyle.PLACEHOLDER
-    )
+    assert drop_style(TailTag(12, TagKind.MESSAGE), newer_tool_calls=0, argument_bytes=0) is DropStyle.PLACEHOLDER
+    assert drop_style(TailTag(12, TagKind.FILE), newer_tool_calls=0, argument_bytes=0) is DropStyle.PLACEHOLDER
 
 
 @pytest.mark.parametrize(

@@ -60,9 +60,7 @@ def ours_for(case: dict[str, Any]) -> Reminder:
         calm=case["sticky"],
         outputs=case["reclaimable_tool_outputs"],
         tokens=case["reclaimable_tokens"],
-        hints=tuple(
-            ReclaimHint(tool_category(h["tool_name"]), h["tag_number"], h["tool_name"]) for h in case["hint"]
-        ),
+        hints=tuple(ReclaimHint(tool_category(h["tool_name"]), h["tag_number"], h["tool_name"]) for h in case["hint"]),
     )
 
 

@@ -14,15 +14,17 @@ from agents.context import ContextConfig
 from agents.nudges import Channel2LeaseConfig
 from agents.runtime import Agent, AgentConfig
 from bus import NatsClient
-from tests._support import running_coordinator
 from schemas import AddConstraint, Committed, Domain, Reject
+from tests._support import running_coordinator
 
 CONFIG = ContextConfig(window=200_000, archive_threshold=50_000)
 
 
 def _output(i: int) -> str:
     """About 3,000 tokens of plausible tool output."""
-    return "\n".join(f"src/module_{i}/file_{j}.py:{j * 7}: def handler_{j}(request): return compute({j})" for j in range(120))
+    return "\n".join(
+        f"src/module_{i}/file_{j}.py:{j * 7}: def handler_{j}(request): return compute({j})" for j in range(120)
+    )
 
 
 @pytest.fixture
