@@ -79,3 +79,13 @@ def test_bad_arguments_exit_2_with_a_reason(args: list[str], says: str, tmp_path
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 2
     assert says in err
+
+
+def test_unreachable_server_is_one_line_with_a_hint(tmp_path: Path) -> None:
+    proc = _ctxbus("brief", "show", "-d", "a/b/c", "--nats", "nats://127.0.0.1:9", env_dir=tmp_path)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("ctxbus: error: could not connect to nats://127.0.0.1:9")
+    assert "`ctxbus up` starts a local one" in lines[0]
