@@ -29,7 +29,7 @@ from _stats import ratio, summary  # noqa: E402
 
 from agents.brief import BriefReplica, Proposer  # noqa: E402
 from bus import BriefLog, BriefState, BusConfig, EmbeddedServer, connect  # noqa: E402
-from schemas import AddNote, Commit, Committed, Domain, Proposal, apply  # noqa: E402
+from schemas import AddNote, AddPending, BriefOp, Commit, Committed, Complete, Domain, Proposal, apply  # noqa: E402
 
 FANOUT = 8
 
@@ -73,13 +73,36 @@ async def _raw_baselines(url: str, ops: int) -> tuple[list[float], list[float]]:
     return pub, fan
 
 
-async def _latency(proposer: Proposer, ops: int) -> list[float]:
-    samples = []
-    for i in range(ops):
-        t0 = time.perf_counter()
-        reply = await proposer.propose(AddNote(text=f"note {i}"))
-        samples.append(time.perf_counter() - t0)
+class _Worker:
+    """Proposes a realistic mix: add a pending item, then complete it with an outcome.
+
+    A brief under work stays small (pending items come and go; done items are folded
+    under a budget), so the rules' per-op checks stay cheap, as they would in use.
+    """
+
+    def __init__(self, proposer: Proposer) -> None:
+        self._proposer = proposer
+        self._open: str | None = None
+        self._i = 0
+
+    async def step(self) -> None:
+        self._i += 1
+        if self._open is None:
+            op: BriefOp = AddPending(text=f"{self._proposer.agent_id} task {self._i}")
+        else:
+            op = Complete(item_id=self._open, outcome=f"done in {self._i} steps")
+        reply = await self._proposer.propose(op)
         assert isinstance(reply, Committed), reply
+        self._open = f"p{reply.revision}" if self._open is None else None
+
+
+async def _latency(proposer: Proposer, ops: int) -> list[float]:
+    worker = _Worker(proposer)
+    samples = []
+    for _ in range(ops):
+        t0 = time.perf_counter()
+        await worker.step()
+        samples.append(time.perf_counter() - t0)
     return samples
 
 
@@ -135,12 +158,10 @@ async def run(ops: int, seconds: float) -> None:
 
             async def hammer(agent: str) -> None:
                 nonlocal committed
-                proposer = Proposer(client, busy, agent_id=agent)
-                i = 0
+                worker = _Worker(Proposer(client, busy, agent_id=agent))
                 while True:
-                    await proposer.propose(AddNote(text=f"{agent} {i}"))
+                    await worker.step()
                     committed += 1
-                    i += 1
 
             async with anyio.create_task_group() as load:
                 for n in range(32):

@@ -116,6 +116,10 @@ class BriefLog:
             state = self.apply_entry(state, entry)
         return state
 
+    async def is_current(self, state: BriefState) -> bool:
+        """Whether no entry has been appended to the domain's log since `state.seq`."""
+        return await self.txlog.last_seq(subject(state.domain, Verb.TX)) == state.seq
+
     async def follow(self, state: BriefState) -> AsyncGenerator[BriefState, None]:
         """Yield the state after each new commit, forever, starting after `state.seq`."""
         follower = self.txlog.follow(subject(state.domain, Verb.TX), state.seq + 1)

@@ -53,6 +53,7 @@ async def serve(
     """
     limiter = anyio.CapacityLimiter(max_in_flight)
     sub = await client.subscribe(subject, queue=queue or "", pending_msgs_limit=65536)
+    await client.flush()  # the server knows the subscription before we report ready
     task_status.started()
 
     async def handle(msg: Msg) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import time
 from dataclasses import dataclass, field
 
@@ -60,6 +61,8 @@ METRICS_SUBJECT = "ctxbus.metrics"
 """Request subject: every coordinator answers with Prometheus text."""
 
 _FOLD_AUTHOR_SUFFIX = "fold"
+_BACKOFF_STEP = 0.002
+"""Seconds of random pause per lost compare-and-set, growing with each loss."""
 
 
 @dataclass
@@ -165,7 +168,7 @@ class Coordinator:
 
     async def _commit_batch(self, cached: _Domain, batch: list[_Waiter]) -> None:
         """Validate `batch` in order and append it; reload and redo on every CAS miss."""
-        for _ in range(self.config.cas_retries):
+        for attempt in range(1, self.config.cas_retries + 1):
             state = cached.state
             brief, commits = state.brief, []
             for waiter in batch:
@@ -179,12 +182,22 @@ class Coordinator:
                     verdict = Committed(revision=commit.revision)
                 waiter.reply = verdict
             if not commits:
+                # A successful append proves the batch was judged on the latest brief;
+                # with nothing to append, a refusal needs that proof some other way, or a
+                # coordinator that missed another's commits would refuse valid proposals.
+                refused = any(isinstance(waiter.reply, Rejection) for waiter in batch)
+                if refused and not await self._log.is_current(state):
+                    cached.state = await self._log.catch_up(state)
+                    continue
                 break
             try:
                 seq = await self._log.append(state, commits, sender=self.id)
             except CasConflict:
                 self.metrics.cas_retries += 1
                 cached.state = await self._log.catch_up(state)
+                # Coordinators that lose a race to each other in step would keep losing;
+                # a random pause of up to a few appends breaks the lockstep.
+                await anyio.sleep(random.uniform(0, _BACKOFF_STEP * attempt))
                 continue
             except PayloadTooLarge:
                 if len(batch) == 1:
@@ -201,7 +214,7 @@ class Coordinator:
         else:
             self.metrics.error(f"{cached.state.domain}: gave up after {self.config.cas_retries} conflicts")
             busy = Rejection(
-                code=RejectionCode.STALE_BASE,
+                code=RejectionCode.BUSY,
                 reason=f"the log of {cached.state.domain} kept moving during {self.config.cas_retries} attempts; retry",
             )
             for waiter in batch:

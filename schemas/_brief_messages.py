@@ -107,6 +107,9 @@ class RejectionCode(StrEnum):
     """The domain is closed; nothing more may change."""
     STALE_BASE = "stale_base"
     """The brief has moved on since `base_revision`."""
+    BUSY = "busy"
+    """Not a verdict on the proposal: the log kept moving under the coordinator (heavy
+    contention between coordinators). Retry with the same key; `Proposer` does."""
     BASE_AHEAD = "base_ahead"
     """`base_revision` is beyond the brief's revision: the validator's copy is behind and
     should be reloaded before validating again."""

@@ -15,7 +15,18 @@ from typing import Final
 import anyio
 
 from bus import BusUnavailable, NatsClient, Verb, request, subject
-from schemas import BriefOp, Domain, Envelope, MessageType, Proposal, Reply, ReplyAdapter, WireError
+from schemas import (
+    BriefOp,
+    Domain,
+    Envelope,
+    MessageType,
+    Proposal,
+    Rejection,
+    RejectionCode,
+    Reply,
+    ReplyAdapter,
+    WireError,
+)
 
 __all__ = ["Proposer", "DEFAULT_PROPOSE_DEADLINE"]
 
@@ -51,6 +62,9 @@ class Proposer:
         """Propose `op` and return the coordinator's answer (committed or rejected).
 
         :param key: idempotency key; a fresh one when not given. Reuse it to retry.
+        A `busy` answer (coordinators contending for the log) is retried like a lost
+        reply, with the same key.
+
         :raises BusUnavailable: if no coordinator answered within `deadline` seconds.
         """
         proposal = Proposal(
@@ -77,7 +91,13 @@ class Proposer:
                     await anyio.sleep(delay)
                     delay = min(delay * 2, 0.5)
                     continue
-                return _parse_reply(answer)
+                reply = _parse_reply(answer)
+                if isinstance(reply, Rejection) and reply.code is RejectionCode.BUSY:
+                    log.debug("proposal %s met a busy log; retrying with the same key", proposal.key)
+                    await anyio.sleep(delay)
+                    delay = min(delay * 2, 0.5)
+                    continue
+                return reply
         raise BusUnavailable(f"no coordinator answered proposal {proposal.key} within {deadline:.0f}s")
 
 

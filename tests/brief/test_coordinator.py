@@ -16,13 +16,16 @@ from bus import BriefLog, BriefState, NatsClient, Verb, request, subject
 from coordinator import GLOBAL_DLQ, METRICS_SUBJECT, STATUS_SUBJECT
 from schemas import (
     AddDecision,
+    AddNote,
     AddPending,
     Close,
+    Commit,
     Committed,
     Complete,
     Domain,
     Envelope,
     MessageType,
+    Proposal,
     Reject,
     Rejection,
     RejectionCode,
@@ -204,3 +207,24 @@ async def test_follow_reports_how_far_behind_it_is(running: tuple[NatsClient, Ta
     await follower.aclose()
     assert seen[0] == (1, 29)
     assert seen[-1] == (30, 0)
+
+
+async def test_a_stale_coordinator_does_not_refuse_what_another_committed(
+    running: tuple[NatsClient, TaskGroup],
+) -> None:
+    client, _ = running
+    domain = _domain()
+    agent = Proposer(client, domain, agent_id="a")
+    assert await agent.propose(AddNote(text="warm the cache")) == Committed(revision=1)
+    # Another coordinator commits behind this one's back.
+    log = BriefLog(client)
+    state = await log.load(domain)
+    added = Commit.of(
+        Proposal(domain=domain, author="b", op=AddPending(text="made elsewhere"), key="elsewhere"),
+        revision=2,
+        ts=0.0,
+        committed_by="other-coordinator",
+    )
+    await log.append(state, [added], sender="other-coordinator")
+    # Judged on its stale cache alone, p2 would be unknown; the coordinator must notice.
+    assert await agent.propose(Complete(item_id="p2", outcome="ok")) == Committed(revision=3)
