@@ -67,8 +67,8 @@ def anchors_dir() -> Path:
 @pytest.fixture(scope="session")
 def transcripts() -> Path:
     root = anchors_dir() / "transcripts"
-    if not root.is_dir():
-        pytest.skip(f"anchor transcripts not found at {root} (set CTXBUS_ANCHORS)")
+    if not root.is_dir():  # the conformance data is required, not optional
+        pytest.fail(f"anchor transcripts not found at {root} (set CTXBUS_ANCHORS)")
     return root
 
 
