@@ -17,9 +17,9 @@ import anyio
 from agents.nudges import REDUCE_TOOL_NAME, REMINDER_OPEN, DeliveryOutcome, DropSpecError, TailMeasure
 from agents.runtime import Agent
 from agents.swarm._corpus import tool_output
-from agents.swarm._events import Refusal, Tally
 from agents.swarm._scenario import AdoptRejected, CompleteMine, Intent, Propose, Step, pending_text
 from schemas import AddDecision, Committed, Complete, Rejection, RejectionCode, normalize
+from schemas._swarm_events import Refusal, Tally
 
 __all__ = ["ScriptedModel"]
 

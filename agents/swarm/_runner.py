@@ -24,11 +24,11 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from pydantic import ValidationError
 
 from agents.swarm._config import SwarmConfig, SwarmError
-from agents.swarm._events import AgentResult, EventAdapter, Finished, Note, Progress, ReportRequest
 from agents.swarm._report import SwarmReport
 from agents.swarm._scenario import agent_name
 from bus import BriefLog, BusConfig, connect
 from schemas import brief_hash
+from schemas._swarm_events import AgentResult, EventAdapter, Finished, Note, Progress, ReportRequest
 
 __all__ = ["AgentStatus", "SwarmRunner"]
 

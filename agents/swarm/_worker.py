@@ -3,7 +3,7 @@
 The worker runs its scripted steps, saving its tally in its own SQLite store after each
 one, so a process started on the same store after a SIGKILL resumes where the last one
 stopped: same context, same nudge state, same brief (caught up from the log). It speaks
-the `_events` line protocol on stdout and logs on stderr.
+the `schemas._swarm_events` line protocol on stdout and logs on stderr.
 """
 
 from __future__ import annotations
@@ -21,7 +21,11 @@ import anyio
 from agents.context import ContextConfig
 from agents.nudges import Channel2Lease, Channel2LeaseConfig, DirectiveState
 from agents.runtime import Agent, AgentConfig
-from agents.swarm._events import (
+from agents.swarm._model import ScriptedModel
+from agents.swarm._scenario import CONSTRAINTS, agent_name, step
+from bus import BusConfig, Leases, connect
+from schemas import Domain
+from schemas._swarm_events import (
     AgentResult,
     Channel2Cycle,
     Event,
@@ -32,10 +36,6 @@ from agents.swarm._events import (
     ReportRequest,
     Tally,
 )
-from agents.swarm._model import ScriptedModel
-from agents.swarm._scenario import CONSTRAINTS, agent_name, step
-from bus import BusConfig, Leases, connect
-from schemas import Domain
 
 __all__ = ["SWARM_CONTEXT", "main"]
 

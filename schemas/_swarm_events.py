@@ -3,8 +3,9 @@
 A worker writes one JSON object per line on stdout (progress, notes, `finished`, and
 its final result); the runner answers on the worker's stdin with one `ReportRequest`
 once every worker has finished, so all of them report the brief at the same revision.
-It is a private pipe between two parts of this package, never put on the bus, which is
-why its shapes live here rather than in `schemas`.
+It is a private pipe of `agents.swarm`, never put on the bus; it lives in `schemas`
+because it crosses a process boundary. Not re-exported from `schemas`: nothing but the
+swarm runner speaks it.
 """
 
 from __future__ import annotations
