@@ -46,6 +46,7 @@ from schemas import (
     Reply,
     WireError,
     apply,
+    apply_accepted,
     fold_done_op,
     parse_proposal,
     triage,
@@ -177,7 +178,7 @@ class Coordinator:
                     commit = Commit.of(
                         waiter.proposal, revision=brief.revision + 1, ts=time.time(), committed_by=self.id
                     )
-                    brief = apply(brief, commit)
+                    brief = apply_accepted(brief, commit)
                     commits.append(commit)
                     verdict = Committed(revision=commit.revision)
                 waiter.reply = verdict

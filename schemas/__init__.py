@@ -51,7 +51,7 @@ from schemas._brief_ops import (
     SetGoal,
 )
 from schemas._brief_render import render_brief
-from schemas._brief_rules import ReplayError, applied_revision, apply, triage, validate
+from schemas._brief_rules import ReplayError, applied_revision, apply, apply_accepted, triage, validate
 from schemas._brief_snapshot import BriefSnapshot
 from schemas._domain import DOMAIN_TOKEN_MAX, Domain, validate_token
 from schemas._envelope import DEFAULT_MAX_PAYLOAD, ENVELOPE_VERSION, SUPPORTED_VERSIONS, Envelope, MessageType
@@ -145,6 +145,7 @@ __all__ = [
     "WireError",
     "applied_revision",
     "apply",
+    "apply_accepted",
     "brief_hash",
     "content_hash",
     "fold_done_op",

@@ -43,7 +43,7 @@ from schemas._brief_ops import (
 )
 from schemas._errors import CtxbusError
 
-__all__ = ["ReplayError", "applied_revision", "apply", "triage", "validate"]
+__all__ = ["ReplayError", "applied_revision", "apply", "apply_accepted", "triage", "validate"]
 
 _QUOTE_MAX: Final = 80
 _E = TypeVar("_E", bound=Entry)
@@ -119,6 +119,16 @@ def apply(brief: TaskBrief, commit: Commit) -> TaskBrief:
         or (_closed(brief) or _check(brief, commit.op)) is not None
     ):
         return brief.model_copy(update={"revision": commit.revision})
+    return apply_accepted(brief, commit)
+
+
+def apply_accepted(brief: TaskBrief, commit: Commit) -> TaskBrief:
+    """The brief after a commit `triage` has just accepted on this very `brief`.
+
+    The coordinator's path: the rules already ran on this brief, so running them again
+    (as `apply` must for commits read from the log) would only double the cost of each
+    proposal. Anything else must call `apply`.
+    """
     changes = _effect(brief, commit.op, author=commit.author, rev=commit.revision)
     keys = _remember(brief.applied_keys, commit.author, commit.key, commit.revision)
     return brief.model_copy(update={**changes, "revision": commit.revision, "applied_keys": keys})

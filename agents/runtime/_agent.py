@@ -30,6 +30,7 @@ from agents.nudges import (
     HygieneWalker,
     SqliteNudgeStateStore,
     TailMeasure,
+    TailTag,
     plan_drops,
     protected_floor,
 )
@@ -170,11 +171,14 @@ class Agent:
 
     def measure(self) -> TailMeasure:
         """{U, T} of the tail as the model would see it now; queued drops leave U."""
+        return self._measure_tail()[0]
+
+    def _measure_tail(self) -> tuple[TailMeasure, list[TailTag]]:
         parts, tags = self._adapter.convert(self.context.tail())
         measure = self._walker.measure(parts, tags, queued=frozenset(self._queued))
         self._measure = measure
         self._band = str(measure.band)
-        return measure
+        return measure, tags
 
     def ctx_reduce(self, drop: str) -> DropPlan:
         """The `ctx_reduce` tool: queue tags for dropping at the next compose.
@@ -182,8 +186,7 @@ class Agent:
         :raises DropSpecError, UnknownDropTags: for a malformed or unknown request;
             nothing changes then.
         """
-        measure = self.measure()
-        _, tags = self._adapter.convert(self.context.tail())
+        measure, tags = self._measure_tail()
         plan = plan_drops(drop, tags, protected=measure.protected, queued=frozenset(self._queued))
         if plan.queued:
             self._queued.update(plan.queued)
