@@ -122,7 +122,7 @@ class BriefLog:
 
     async def follow(self, state: BriefState) -> AsyncGenerator[BriefState, None]:
         """Yield the state after each new commit, forever, starting after `state.seq`."""
-        follower = self.txlog.follow(subject(state.domain, Verb.TX), state.seq + 1)
+        follower = self.txlog.tail(subject(state.domain, Verb.TX), state.seq)
         try:
             async for entry in follower:
                 state = self.apply_entry(state, entry)

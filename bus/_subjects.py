@@ -15,6 +15,7 @@ __all__ = [
     "SUBJECT_ROOT",
     "TX_STREAM",
     "TX_SUBJECTS",
+    "LIVE_ROOT",
     "BRIEF_BUCKET",
     "LEASE_BUCKET",
     "PRESENCE_BUCKET",
@@ -22,6 +23,7 @@ __all__ = [
     "Verb",
     "subject",
     "all_domains",
+    "live_subject",
     "kv_key",
 ]
 
@@ -32,6 +34,9 @@ TX_STREAM: Final = "CTXBUS_TX"
 
 TX_SUBJECTS: Final = f"{SUBJECT_ROOT}.*.*.*.tx"
 """Subjects captured by `TX_STREAM`: the `tx` verb of every domain."""
+
+LIVE_ROOT: Final = "ctxbus.live"
+"""Where a stream republishes each entry it stores: `<LIVE_ROOT>.<stream>.<subject>`."""
 
 BRIEF_BUCKET: Final = "ctxbus_briefs"
 """KV bucket of brief snapshots, one key per domain."""
@@ -63,6 +68,14 @@ def subject(domain: Domain, verb: Verb) -> str:
 def all_domains(verb: Verb) -> str:
     """A wildcard subject matching `verb` in every domain."""
     return f"{SUBJECT_ROOT}.*.*.*.{verb}"
+
+
+def live_subject(stream: str, stream_subject: str) -> str:
+    """The core subject on which `stream` republishes what it stores on `stream_subject`.
+
+    Wildcards carry over: `live_subject(s, "ctx.*.*.*.tx")` matches every domain's log.
+    """
+    return f"{LIVE_ROOT}.{stream}.{stream_subject}"
 
 
 def kv_key(domain: Domain, *names: str) -> str:

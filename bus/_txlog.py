@@ -17,13 +17,19 @@ Two NATS behaviours shape this module (measured on nats-server 2.15.1, nats-py 2
   server is down at that moment. `follow` therefore supervises the subscription itself:
   it filters by stream sequence, and when nothing arrives for a while it asks the
   stream whether it is behind and re-subscribes from the next sequence if so.
+
+The stream also republishes every entry it stores on a core subject (`live`), with the
+sequence of the entry before it on the same subject. That is the fastest way to hear
+of a new entry (it leaves the server before the publisher's ack), and the previous
+sequence tells a reader whether it missed one; `tail` reads the log itself only then.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
@@ -31,12 +37,15 @@ from typing import Final
 import anyio
 import nats.errors
 import nats.js.errors
+from anyio.streams.memory import MemoryObjectReceiveStream
 from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext, api
 
 from bus._errors import BusError, BusUnavailable, CasConflict
 from bus._streams import TRANSIENT, ensure_stream
-from bus._subjects import TX_STREAM, TX_SUBJECTS
+from bus._subjects import TX_STREAM, TX_SUBJECTS, live_subject
 
 __all__ = ["TxLog", "TxLogConfig", "LogEntry"]
 
@@ -44,11 +53,18 @@ log = logging.getLogger(__name__)
 
 MSG_ID: Final = "Nats-Msg-Id"
 EXPECTED_LAST_SUBJECT_SEQ: Final = "Nats-Expected-Last-Subject-Sequence"
+STORED_SUBJECT: Final = "Nats-Subject"
+STORED_SEQ: Final = "Nats-Sequence"
+PREVIOUS_SEQ: Final = "Nats-Last-Sequence"
+"""Republish header: the sequence of the entry before this one on its subject (0: none)."""
 WRONG_LAST_SEQUENCE: Final = 10071
 """JetStream's err_code for a failed expected-last-sequence check."""
 
 _DIRECT_READ_LIMIT: Final = 32
 """Entries `read` fetches one by one before it sets up a consumer for the rest."""
+
+_LIVE_BUFFER: Final = 10_000
+"""Live entries held for a slow reader; beyond that they are dropped (and read back)."""
 
 _ACTUAL_SEQ = re.compile(r"wrong last sequence:\s*(\d+)")
 
@@ -87,6 +103,9 @@ class LogEntry:
     time: datetime | None = field(default=None, compare=False)
     pending: int | None = field(default=None, compare=False)
     """Entries after this one that `follow` has not delivered yet (None outside `follow`)."""
+    prev_seq: int | None = field(default=None, compare=False)
+    """Sequence of the entry before this one on the same subject, 0 for the first
+    (known for entries from `live`; None otherwise)."""
 
 
 class TxLog:
@@ -114,6 +133,7 @@ class TxLog:
             duplicate_window=self.config.duplicate_window,
             max_msg_size=self.config.max_msg_size,
             allow_direct=True,
+            republish=api.RePublish(src=">", dest=live_subject(self.config.stream, ">")),
         )
         await ensure_stream(self._js, cfg)
 
@@ -174,16 +194,19 @@ class TxLog:
             raise BusUnavailable(f"cannot read the last sequence of {subject}: {exc!r}") from exc
         return int(raw.seq or 0)
 
-    async def read(self, subject: str, from_seq: int = 1) -> AsyncGenerator[LogEntry, None]:
+    async def read(
+        self, subject: str, from_seq: int = 1, *, direct_limit: int = _DIRECT_READ_LIMIT
+    ) -> AsyncGenerator[LogEntry, None]:
         """Yield the entries of `subject` from `from_seq` up to the current end, in order.
 
         A short tail (the usual case: a writer catching up after losing a race) is read
-        with direct gets, one round trip per entry; a long one through an ordered
-        consumer, whose setup costs more but which then streams.
+        with direct gets, one round trip per entry; after `direct_limit` of them, the
+        rest through an ordered consumer, whose setup costs more but which then streams
+        and tells how many entries are still to come (`LogEntry.pending`).
         """
         end = await self.last_seq(subject)
         next_seq = from_seq
-        for _ in range(_DIRECT_READ_LIMIT):
+        for _ in range(direct_limit):
             if next_seq > end:
                 return
             entry = await self._get_next(subject, next_seq)
@@ -238,6 +261,71 @@ class TxLog:
                     await _unsubscribe(sub)
             log.info("re-subscribing to %s from sequence %d", subject_filter, next_seq)
 
+    @asynccontextmanager
+    async def live(self, subject_filter: str) -> AsyncIterator[MemoryObjectReceiveStream[LogEntry]]:
+        """Entries matching `subject_filter` as they are stored, from the moment this is entered.
+
+        At most once and with no replay: what is stored while the connection is down,
+        or while the reader is `_LIVE_BUFFER` entries behind, is dropped. Each entry
+        carries `prev_seq`, so a reader that remembers the last sequence it holds of a
+        subject can tell when it missed one (`tail` does, and reads the log then).
+        """
+        send, receive = anyio.create_memory_object_stream[LogEntry](_LIVE_BUFFER)
+
+        async def on_msg(msg: Msg) -> None:
+            entry = _live_entry(msg)
+            if entry is None:
+                log.warning("ignoring a message on %s without the stream's republish headers", msg.subject)
+                return
+            try:
+                send.send_nowait(entry)
+            except anyio.WouldBlock:
+                log.debug("live reader of %s is behind; dropped entry %d", subject_filter, entry.seq)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                pass  # the reader has left; the subscription is on its way out
+
+        with send, receive:
+            sub = await self._client.subscribe(live_subject(self.config.stream, subject_filter), cb=on_msg)
+            try:
+                await self._client.flush()  # subscribed on the server before the caller reads the log
+                yield receive
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await _unsubscribe(sub)
+
+    async def tail(self, subject: str, after_seq: int = 0) -> AsyncGenerator[LogEntry, None]:
+        """Yield every entry of one `subject` after `after_seq`, in order, exactly once, forever.
+
+        `after_seq` is the sequence of an entry of `subject` (or 0): the last one the
+        caller holds. New entries come from `live`; the log itself is read only to
+        catch up at the start, after a missed entry, and when a quiet spell may hide one.
+        """
+        have = after_seq
+        stall = self.config.idle_heartbeat * 3
+        async with self.live(subject) as entries:
+            behind = True  # subscribed first, so nothing stored from now on is missed
+            direct_limit = 0  # a join may be far behind: stream it, and learn how far
+            while True:
+                if behind:
+                    async for entry in self._read_retrying(subject, have + 1, direct_limit):
+                        yield entry
+                        have = entry.seq
+                received: LogEntry | None = None
+                with anyio.move_on_after(stall):
+                    received = await entries.receive()
+                if received is None:
+                    behind = await self._moved_past(subject, have)  # a quiet spell: idle, or cut off?
+                elif received.seq <= have:
+                    behind = False  # read already
+                elif received.prev_seq == have:
+                    behind = False
+                    yield received
+                    have = received.seq
+                else:
+                    log.debug("missed entries of %s after %d; reading them", subject, have)
+                    behind = True
+                direct_limit = _DIRECT_READ_LIMIT
+
     async def purge(self, subject: str) -> None:
         """Remove every entry of `subject` (used when a domain is closed for good)."""
         try:
@@ -262,6 +350,27 @@ class TxLog:
                 log.debug("cannot subscribe to %s yet (%r); retrying", subject_filter, exc)
                 await anyio.sleep(delay)
                 delay = min(delay * 2, 1.0)
+
+    async def _read_retrying(self, subject: str, from_seq: int, direct_limit: int) -> AsyncGenerator[LogEntry, None]:
+        """`read`, resumed after the last entry it yielded while the server is away."""
+        delay = 0.05
+        while True:
+            try:
+                async for entry in self.read(subject, from_seq, direct_limit=direct_limit):
+                    yield entry
+                    from_seq = entry.seq + 1
+                return
+            except BusUnavailable as exc:
+                log.debug("cannot read %s yet (%s); retrying", subject, exc)
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    async def _moved_past(self, subject: str, seq: int) -> bool:
+        """Whether `subject` has an entry after `seq`; False while that cannot be told."""
+        try:
+            return await self.last_seq(subject) > seq
+        except BusUnavailable:
+            return False  # ask again after the next quiet spell
 
     async def _stalled(self, subject_filter: str, next_seq: int, reconnects: int) -> bool:
         """Whether a quiet subscription is dead rather than idle."""
@@ -299,14 +408,29 @@ class TxLog:
         )
 
 
+def _live_entry(msg: Msg) -> LogEntry | None:
+    """The log entry a republished message carries; None if its headers are not the stream's."""
+    headers = msg.headers or {}
+    try:
+        return LogEntry(
+            seq=int(headers[STORED_SEQ]),
+            subject=headers[STORED_SUBJECT],
+            payload=msg.data,
+            msg_id=headers.get(MSG_ID),
+            prev_seq=int(headers[PREVIOUS_SEQ]),
+        )
+    except (KeyError, ValueError):
+        return None
+
+
 def actual_sequence(exc: nats.js.errors.APIError) -> int | None:
     """The sequence a 10071 error says the subject really had, if it says."""
     match = _ACTUAL_SEQ.search(exc.description or "")
     return int(match.group(1)) if match else None
 
 
-async def _unsubscribe(sub: JetStreamContext.PushSubscription) -> None:
+async def _unsubscribe(sub: Subscription) -> None:
     try:
         await sub.unsubscribe()
     except (nats.errors.Error, BusError):
-        pass  # connection gone: the server drops the ephemeral consumer by itself
+        pass  # connection gone: the server drops the subscription (and any consumer) itself

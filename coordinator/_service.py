@@ -107,6 +107,7 @@ class Coordinator:
         await self._log.ensure()
         async with anyio.create_task_group() as tg:
             self._tg = tg
+            await tg.start(self._follow_commits)
             await tg.start(self._serve, all_domains(Verb.PROPOSE), self._on_proposal, PROPOSE_QUEUE)
             await tg.start(self._serve, STATUS_SUBJECT, self._on_status, None)
             await tg.start(self._serve, METRICS_SUBJECT, self._on_metrics, None)
@@ -124,6 +125,24 @@ class Coordinator:
             max_in_flight=self.config.max_in_flight,
             task_status=task_status,
         )
+
+    async def _follow_commits(self, *, task_status: TaskStatus[None]) -> None:
+        """Apply what other coordinators commit to the cached briefs, as it is stored.
+
+        Only a shortcut: the compare-and-set still guards every append. But with the
+        queue group spreading one domain's proposals over several coordinators, a cache
+        kept current this way rarely costs a lost append and a re-read.
+        """
+        async with self._log.txlog.live(all_domains(Verb.TX)) as entries:
+            task_status.started()
+            async for entry in entries:
+                domain = _domain_of(entry.subject)
+                cached = self._domains.get(domain) if domain is not None else None
+                # While a batch is in flight its own outcome moves the cache; and an entry
+                # that does not follow the cached one directly would skip what is between.
+                if cached is None or cached.lock.locked() or entry.prev_seq != cached.state.seq:
+                    continue
+                cached.state = self._log.apply_entry(cached.state, entry)
 
     # -- proposals -----------------------------------------------------------------------
 
