@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from functools import cached_property
-from typing import Annotated, Final, TypeAlias
+from typing import Annotated, Any, Final, Literal, Self, TypeAlias
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, StringConstraints
 
@@ -46,6 +47,7 @@ __all__ = [
     "Text",
     "brief_hash",
     "normalize",
+    "ItemField",
 ]
 
 TEXT_MAX: Final = 2000
@@ -194,6 +196,13 @@ class Closure(BriefModel):
     """Why, if given."""
 
 
+ItemField: TypeAlias = Literal["pending", "constraints", "blockers", "notes"]
+"""The lists of `Item`s the rules search by normalized text (for duplicates)."""
+
+_NORM_INDEX: Final = "_items_by_norm"
+"""Key in a brief's `__dict__` of its norm index: not a field, so not dumped, hashed or compared."""
+
+
 class TaskBrief(BriefModel):
     """The state of one domain's task, as of `revision`.
 
@@ -240,11 +249,54 @@ class TaskBrief(BriefModel):
         """Decisions not superseded, oldest first."""
         return tuple(d for d in self.decisions if d.superseded_by is None)
 
+    def item_by_norm(self, field: ItemField, norm: str) -> Item | None:
+        """The first item of `field` whose normalized text is `norm`, if any.
+
+        Every proposal asks this, so each list is indexed on first use, and `model_copy`
+        carries the index forward (extended, not rebuilt, when an item was appended).
+        """
+        indexes: dict[str, dict[str, Item]] = self.__dict__.setdefault(_NORM_INDEX, {})
+        index = indexes.get(field)
+        if index is None:
+            index = indexes[field] = _by_norm(getattr(self, field))
+        return index.get(norm)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        copied = super().model_copy(update=update, deep=deep)
+        indexes: dict[str, dict[str, Item]] | None = copied.__dict__.pop(_NORM_INDEX, None)
+        if indexes and not deep:
+            carried = {}
+            for field, index in indexes.items():
+                kept = _carry(getattr(self, field), getattr(copied, field), index)
+                if kept is not None:
+                    carried[field] = kept
+            copied.__dict__[_NORM_INDEX] = carried
+        return copied
+
     def canonical_bytes(self) -> bytes:
         """The brief as sorted-key, whitespace-free UTF-8 JSON: the input of `brief_hash`."""
         return json.dumps(
             self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False
         ).encode()
+
+
+def _by_norm(items: tuple[Item, ...]) -> dict[str, Item]:
+    index: dict[str, Item] = {}
+    for item in items:
+        index.setdefault(item.norm, item)
+    return index
+
+
+def _carry(before: tuple[Item, ...], after: tuple[Item, ...], index: dict[str, Item]) -> dict[str, Item] | None:
+    """`index` of `before`, made to index `after`; None (re-index on use) unless `after` is
+    `before` or `before` plus one item, the changes every proposal makes."""
+    if after is before:
+        return index
+    if len(after) == len(before) + 1 and after[:-1] == before:  # identical items compare by identity
+        extended = dict(index)
+        extended.setdefault(after[-1].norm, after[-1])
+        return extended
+    return None
 
 
 def brief_hash(brief: TaskBrief) -> str:

@@ -18,6 +18,7 @@ from schemas._brief import (
     DoneItem,
     Entry,
     Item,
+    ItemField,
     RejectedOption,
     TaskBrief,
     normalize,
@@ -164,7 +165,7 @@ def _check(brief: TaskBrief, op: BriefOp) -> Rejection | None:
                 return _no(Code.DUPLICATE, f"the goal is already {_q(text)}")
             return None
         case AddPending(text=text):
-            return _check_new("pending item", brief.pending, text)
+            return _check_new("pending item", brief, "pending", text)
         case Complete(item_id=item_id):
             return _check_complete(brief, item_id)
         case AddDecision():
@@ -174,17 +175,17 @@ def _check(brief: TaskBrief, op: BriefOp) -> Rejection | None:
         case Reopen(option=option, reason=reason):
             return _need_reason("reopening an option", reason) or _check_reopen(brief, option)
         case AddConstraint(text=text):
-            return _check_new("constraint", brief.constraints, text)
+            return _check_new("constraint", brief, "constraints", text)
         case RemoveConstraint(item_id=item_id, reason=reason):
             return _need_reason("removing a constraint", reason) or _check_known(
                 "constraint", brief.constraints, item_id
             )
         case AddBlocker(text=text):
-            return _check_new("blocker", brief.blockers, text)
+            return _check_new("blocker", brief, "blockers", text)
         case ResolveBlocker(item_id=item_id):
             return _check_known("blocker", brief.blockers, item_id)
         case AddNote(text=text):
-            return _check_new("note", brief.notes, text)
+            return _check_new("note", brief, "notes", text)
         case Close():
             return None
         case FoldDone(item_ids=item_ids):
@@ -193,11 +194,10 @@ def _check(brief: TaskBrief, op: BriefOp) -> Rejection | None:
             assert_never(op)
 
 
-def _check_new(kind: str, items: tuple[Item, ...], text: str) -> Rejection | None:
-    norm = normalize(text)
-    for item in items:
-        if item.norm == norm:
-            return _no(Code.DUPLICATE, f"{kind} {item.id} already says {_q(item.text)}")
+def _check_new(kind: str, brief: TaskBrief, field: ItemField, text: str) -> Rejection | None:
+    item = brief.item_by_norm(field, normalize(text))
+    if item is not None:
+        return _no(Code.DUPLICATE, f"{kind} {item.id} already says {_q(item.text)}")
     return None
 
 

@@ -197,7 +197,8 @@ STEPS = st.integers(1, 40)
 @st.composite
 def coordinated(draw: st.DrawFn) -> tuple[TaskBrief, list[Commit]]:
     """Up to 40 random proposals run through the rules as a coordinator would: its brief,
-    and its log. Some proposals reuse a key, some are the folds the budget asks for."""
+    and its log. Some proposals reuse a key, some are the folds the budget asks for.
+    Texts come from a small pool, so duplicates, and re-adding what was removed, are common."""
     brief = TaskBrief(domain=DOMAIN)
     log: list[Commit] = []
     sent: list[tuple[str, str]] = []
@@ -212,6 +213,9 @@ def coordinated(draw: st.DrawFn) -> tuple[TaskBrief, list[Commit]]:
         sent.append((author, key))
         proposal = Proposal(domain=DOMAIN, author=author, op=op, key=key)
         reply = triage(brief, proposal)
+        # The brief carries its duplicate index from copy to copy; a fresh copy builds
+        # its own. Both must judge alike, or the carried index went stale.
+        assert reply == triage(TaskBrief.model_validate(brief.model_dump()), proposal)
         if isinstance(reply, Committed):
             assert reply.duplicate and applied_revision(brief, author, key) == reply.revision
         if reply is not None:
