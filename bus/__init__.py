@@ -28,6 +28,7 @@ from bus._subjects import (
     subject,
 )
 from bus._txlog import LogEntry, TxLog, TxLogConfig
+from bus._uncontended import acquire_uncontended
 
 __all__ = [
     "BRIEF_BUCKET",
@@ -67,6 +68,7 @@ __all__ = [
     "batch_msg_id",
     "commits_of",
     "connect",
+    "acquire_uncontended",
     "find_nats_server",
     "free_port",
     "kv_key",

@@ -17,6 +17,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from bus._errors import BusError, BusUnavailable
+from bus._uncontended import acquire_uncontended
 
 __all__ = ["Request", "Handler", "serve", "request", "publish"]
 
@@ -52,30 +53,36 @@ async def serve(
     request gets no reply (the requester times out and may retry), but serving goes on.
     """
     limiter = anyio.CapacityLimiter(max_in_flight)
-    sub = await client.subscribe(subject, queue=queue or "", pending_msgs_limit=65536)
-    await client.flush()  # the server knows the subscription before we report ready
-    task_status.started()
 
     async def handle(msg: Msg) -> None:
-        async with limiter:
+        await acquire_uncontended(limiter)
+        try:
             request = Request(msg.subject, msg.data, msg.reply or None)
-            try:
-                answer = await handler(request)
-                if answer is not None and request.reply:
-                    await client.publish(request.reply, answer)
-            except Exception:  # one bad request must not stop the service
-                log.exception("handler for %s failed", msg.subject)
+            answer = await handler(request)
+            if answer is not None and request.reply:
+                await client.publish(request.reply, answer)
+        except Exception:  # one bad request must not stop the service
+            log.exception("handler for %s failed", msg.subject)
+        finally:
+            limiter.release()
 
-    try:
-        async with anyio.create_task_group() as tg:
-            async for msg in sub.messages:
-                tg.start_soon(handle, msg)
-    finally:
-        with anyio.CancelScope(shield=True):
-            try:
-                await sub.unsubscribe()
-            except nats.errors.Error:
-                pass  # connection already closed
+    async with anyio.create_task_group() as tg:
+
+        async def dispatch(msg: Msg) -> None:
+            tg.start_soon(handle, msg)
+
+        # A callback, not `sub.messages`: nats-py's iterator costs a task per message.
+        sub = await client.subscribe(subject, queue=queue or "", cb=dispatch, pending_msgs_limit=65536)
+        try:
+            await client.flush()  # the server knows the subscription before we report ready
+            task_status.started()
+            await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await sub.unsubscribe()
+                except nats.errors.Error:
+                    pass  # connection already closed
 
 
 async def request(client: Client, subject: str, data: bytes, *, timeout: float) -> bytes:

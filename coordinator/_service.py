@@ -27,6 +27,7 @@ from bus import (
     NatsClient,
     Request,
     Verb,
+    acquire_uncontended,
     all_domains,
     serve,
 )
@@ -178,11 +179,14 @@ class Coordinator:
         cached = await self._cached(proposal.domain)
         waiter = _Waiter(proposal)
         cached.queue.append(waiter)
-        async with cached.lock:
+        await acquire_uncontended(cached.lock)
+        try:
             if waiter.reply is None:
                 batch = cached.queue[: self.config.max_batch]
                 del cached.queue[: len(batch)]
                 await self._commit_batch(cached, batch)
+        finally:
+            cached.lock.release()
         assert waiter.reply is not None
         return waiter.reply
 
