@@ -55,6 +55,7 @@ MSG_ID: Final = "Nats-Msg-Id"
 EXPECTED_LAST_SUBJECT_SEQ: Final = "Nats-Expected-Last-Subject-Sequence"
 STORED_SUBJECT: Final = "Nats-Subject"
 STORED_SEQ: Final = "Nats-Sequence"
+STORED_TIME: Final = "Nats-Time-Stamp"
 PREVIOUS_SEQ: Final = "Nats-Last-Sequence"
 """Republish header: the sequence of the entry before this one on its subject (0: none)."""
 WRONG_LAST_SEQUENCE: Final = 10071
@@ -101,6 +102,7 @@ class LogEntry:
     payload: bytes
     msg_id: str | None
     time: datetime | None = field(default=None, compare=False)
+    """When the stream stored it, by the server's clock (None from direct gets)."""
     pending: int | None = field(default=None, compare=False)
     """Entries after this one that `follow` has not delivered yet (None outside `follow`)."""
     prev_seq: int | None = field(default=None, compare=False)
@@ -417,6 +419,7 @@ def _live_entry(msg: Msg) -> LogEntry | None:
             subject=headers[STORED_SUBJECT],
             payload=msg.data,
             msg_id=headers.get(MSG_ID),
+            time=datetime.fromisoformat(headers[STORED_TIME]),
             prev_seq=int(headers[PREVIOUS_SEQ]),
         )
     except (KeyError, ValueError):

@@ -1,0 +1,67 @@
+"""One agent process of `bench/brief.py`'s propagation figure; not for use on its own.
+
+    python bench/_propagation_worker.py URL DOMAIN ENTRIES
+
+Measures two things in the same process and prints them as JSON once it has seen
+ENTRIES log entries: raw fan-out (publish time carried in the payload -> received
+here) and the brief (the log's own store time of an entry -> applied here, on the
+replica's path: `TxLog.tail`, then `BriefLog.apply_entry`). Prints "ready" when
+subscribed to the raw subject; the caller leaves it a moment to start following the log.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import sys
+import time
+from pathlib import Path
+
+import anyio
+from nats.aio.msg import Msg
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bus import BriefLog, BusConfig, Verb, connect, subject  # noqa: E402
+from schemas import Domain  # noqa: E402
+
+RAW_SUBJECT = "rawb.fan"
+RAW_DONE = b"done"
+
+
+async def run(url: str, domain: Domain, entries: int) -> None:
+    client = await connect(BusConfig(servers=[url]))
+    raw: list[float] = []
+    raw_done = anyio.Event()
+
+    async def on_raw(msg: Msg) -> None:
+        if msg.data == RAW_DONE:
+            raw_done.set()
+            return
+        (sent,) = struct.unpack_from("d", msg.data)
+        raw.append(time.time() - sent)
+
+    brief_log = BriefLog(client)
+    applied: dict[int, float] = {}
+
+    async def follow() -> None:
+        state = await brief_log.load(domain)
+        async for entry in brief_log.txlog.tail(subject(domain, Verb.TX), state.seq):
+            state = brief_log.apply_entry(state, entry)
+            if entry.time is not None:  # None only if read back, not heard live
+                applied[entry.seq] = time.time() - entry.time.timestamp()
+            if len(applied) == entries:
+                return
+
+    await client.subscribe(RAW_SUBJECT, cb=on_raw)
+    await client.flush()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(follow)
+        print("ready", flush=True)
+        await raw_done.wait()
+    print(json.dumps({"raw": raw, "brief": applied}), flush=True)
+    await client.close()
+
+
+if __name__ == "__main__":
+    anyio.run(run, sys.argv[1], Domain.parse(sys.argv[2]), int(sys.argv[3]))
