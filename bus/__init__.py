@@ -25,6 +25,7 @@ from bus._subjects import (
     Verb,
     all_domains,
     kv_key,
+    routed,
     subject,
 )
 from bus._txlog import LogEntry, TxLog, TxLogConfig
@@ -74,6 +75,7 @@ __all__ = [
     "kv_key",
     "publish",
     "request",
+    "routed",
     "serve",
     "subject",
 ]

@@ -61,6 +61,8 @@ class BriefState:
     seq: int
     behind: int = field(default=0, compare=False)
     """Log entries known to follow `seq` and not applied yet (from the follower)."""
+    last_writer: str | None = field(default=None, compare=False)
+    """Sender of the entry at `seq`, when it was read from the log (None otherwise)."""
 
     @property
     def domain(self) -> Domain:
@@ -171,10 +173,11 @@ class BriefLog:
         stays as before the entry, on every replica alike.
         """
         try:
+            envelope = _commit_envelope(entry)
             brief = state.brief
-            for commit in commits_of(entry):
+            for commit in CommitBatch.model_validate(envelope.body).commits:
                 brief = apply(brief, commit)
-            return BriefState(brief, entry.seq)
+            return BriefState(brief, entry.seq, last_writer=envelope.sender)
         except (WireError, ValidationError, ReplayError) as exc:
             log.error(
                 "skipping log entry %d of %s: %s",
@@ -192,7 +195,11 @@ def commits_of(entry: LogEntry) -> tuple[Commit, ...]:
     :raises WireError: if the entry is not a commit envelope.
     :raises pydantic.ValidationError: if its body is not a commit batch.
     """
+    return CommitBatch.model_validate(_commit_envelope(entry).body).commits
+
+
+def _commit_envelope(entry: LogEntry) -> Envelope:
     envelope = Envelope.decode(entry.payload)
     if envelope.type is not MessageType.COMMIT:
         raise WireError(f"a {envelope.type} envelope is not a commit")
-    return CommitBatch.model_validate(envelope.body).commits
+    return envelope

@@ -6,6 +6,7 @@ permissions can separate tenants and a wildcard can watch one task.
 
 from __future__ import annotations
 
+import hashlib
 from enum import StrEnum
 from typing import Final
 
@@ -24,6 +25,7 @@ __all__ = [
     "subject",
     "all_domains",
     "live_subject",
+    "routed",
     "kv_key",
 ]
 
@@ -76,6 +78,15 @@ def live_subject(stream: str, stream_subject: str) -> str:
     Wildcards carry over: `live_subject(s, "ctx.*.*.*.tx")` matches every domain's log.
     """
     return f"{LIVE_ROOT}.{stream}.{stream_subject}"
+
+
+def routed(subject_: str, member_id: str) -> str:
+    """`subject_` addressed to one member of its queue group, which also listens there.
+
+    Member ids (coordinator ids) may hold characters a subject cannot, so the last token
+    is a digest of the id.
+    """
+    return f"{subject_}.{hashlib.sha256(member_id.encode()).hexdigest()[:16]}"
 
 
 def kv_key(domain: Domain, *names: str) -> str:

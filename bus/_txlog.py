@@ -64,9 +64,6 @@ WRONG_LAST_SEQUENCE: Final = 10071
 _DIRECT_READ_LIMIT: Final = 32
 """Entries `read` fetches one by one before it sets up a consumer for the rest."""
 
-_LIVE_BUFFER: Final = 10_000
-"""Live entries held for a slow reader; beyond that they are dropped (and read back)."""
-
 _ACTUAL_SEQ = re.compile(r"wrong last sequence:\s*(\d+)")
 
 
@@ -89,7 +86,11 @@ class TxLogConfig:
     deadline: float = 60.0
     """Seconds an append keeps retrying (server restarts included) before giving up."""
     idle_heartbeat: float = 1.0
-    """Heartbeat of `follow`'s consumer: how fast a dead subscription is noticed."""
+    """Heartbeat of `follow`'s consumer: how fast a dead subscription is noticed; `tail`
+    checks the log after three of these without news."""
+    live_buffer: int = 10_000
+    """Entries `live` holds for a slow reader; beyond that it drops them (`tail` reads
+    them back from the log)."""
 
 
 @dataclass(frozen=True)
@@ -268,11 +269,11 @@ class TxLog:
         """Entries matching `subject_filter` as they are stored, from the moment this is entered.
 
         At most once and with no replay: what is stored while the connection is down,
-        or while the reader is `_LIVE_BUFFER` entries behind, is dropped. Each entry
+        or while the reader is `live_buffer` entries behind, is dropped. Each entry
         carries `prev_seq`, so a reader that remembers the last sequence it holds of a
         subject can tell when it missed one (`tail` does, and reads the log then).
         """
-        send, receive = anyio.create_memory_object_stream[LogEntry](_LIVE_BUFFER)
+        send, receive = anyio.create_memory_object_stream[LogEntry](self.config.live_buffer)
 
         async def on_msg(msg: Msg) -> None:
             entry = _live_entry(msg)

@@ -22,6 +22,10 @@ DEFAULT_CLOSE_GRACE: Final = 300.0
 DEFAULT_MAX_IN_FLIGHT: Final = 256
 """Proposals handled at once across all domains."""
 
+DEFAULT_FORWARD_TIMEOUT: Final = 1.0
+"""Seconds to wait for a domain's owner before committing a proposal here instead;
+under a proposer's 2 s attempt timeout, so the proposer still hears back in time."""
+
 DEFAULT_MAX_BATCH: Final = 64
 """Proposals committed in one log entry at most; 64 bounded ops fit well in 1 MiB."""
 
@@ -41,6 +45,7 @@ class CoordinatorConfig:
     close_grace: float = DEFAULT_CLOSE_GRACE
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
     max_batch: int = DEFAULT_MAX_BATCH
+    forward_timeout: float = DEFAULT_FORWARD_TIMEOUT
     brief_budget_tokens: int | None = None
     """Token budget of the rendered brief; over it, old done items are folded. None: no budget."""
     count_tokens: Callable[[str], int] | None = None

@@ -21,6 +21,8 @@ class Metrics:
     commits: int = 0
     duplicates: int = 0
     cas_retries: int = 0
+    forwarded: int = 0
+    """Proposals passed on to the coordinator that owns their domain, and answered by it."""
     rejections: Counter[str] = field(default_factory=Counter)
     dead_letters: Counter[str] = field(default_factory=Counter)
     last_error: str | None = None
@@ -60,6 +62,7 @@ class Metrics:
             "commits_per_s": round(self.commits_per_second, 2),
             "duplicates": self.duplicates,
             "cas_retries": self.cas_retries,
+            "forwarded": self.forwarded,
             "rejections": dict(self.rejections),
             "dead_letters": dict(self.dead_letters),
             "last_error": self.last_error,
@@ -79,6 +82,9 @@ class Metrics:
             "# HELP ctxbus_cas_retries_total Commits retried after another writer moved the log.",
             "# TYPE ctxbus_cas_retries_total counter",
             f"ctxbus_cas_retries_total{{{label}}} {self.cas_retries}",
+            "# HELP ctxbus_forwarded_proposals_total Proposals passed on to their domain's owner.",
+            "# TYPE ctxbus_forwarded_proposals_total counter",
+            f"ctxbus_forwarded_proposals_total{{{label}}} {self.forwarded}",
             "# HELP ctxbus_rejections_total Proposals refused, by code.",
             "# TYPE ctxbus_rejections_total counter",
             *(f'ctxbus_rejections_total{{{label},code="{c}"}} {n}' for c, n in sorted(self.rejections.items())),

@@ -8,6 +8,7 @@ only a shortcut, refreshed whenever a compare-and-set says it is stale.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import random
@@ -22,6 +23,7 @@ from bus import (
     BriefLog,
     BriefState,
     BusError,
+    BusUnavailable,
     CasConflict,
     Handler,
     NatsClient,
@@ -29,8 +31,11 @@ from bus import (
     Verb,
     acquire_uncontended,
     all_domains,
+    routed,
     serve,
+    subject,
 )
+from bus import request as bus_request
 from coordinator._config import CoordinatorConfig
 from coordinator._dead_letters import DeadLetters
 from coordinator._metrics import Metrics
@@ -84,6 +89,8 @@ class _Domain:
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     since_snapshot: int = 0
     purge_scheduled: bool = False
+    owner: str | None = None
+    """Another coordinator this domain's proposals are passed to, see `_forward`."""
 
 
 class Coordinator:
@@ -108,8 +115,8 @@ class Coordinator:
         await self._log.ensure()
         async with anyio.create_task_group() as tg:
             self._tg = tg
-            await tg.start(self._follow_commits)
             await tg.start(self._serve, all_domains(Verb.PROPOSE), self._on_proposal, PROPOSE_QUEUE)
+            await tg.start(self._serve, routed(all_domains(Verb.PROPOSE), self.id), self._on_proposal, None)
             await tg.start(self._serve, STATUS_SUBJECT, self._on_status, None)
             await tg.start(self._serve, METRICS_SUBJECT, self._on_metrics, None)
             log.info("coordinator %s serving proposals", self.id)
@@ -127,24 +134,6 @@ class Coordinator:
             task_status=task_status,
         )
 
-    async def _follow_commits(self, *, task_status: TaskStatus[None]) -> None:
-        """Apply what other coordinators commit to the cached briefs, as it is stored.
-
-        Only a shortcut: the compare-and-set still guards every append. But with the
-        queue group spreading one domain's proposals over several coordinators, a cache
-        kept current this way rarely costs a lost append and a re-read.
-        """
-        async with self._log.txlog.live(all_domains(Verb.TX)) as entries:
-            task_status.started()
-            async for entry in entries:
-                domain = _domain_of(entry.subject)
-                cached = self._domains.get(domain) if domain is not None else None
-                # While a batch is in flight its own outcome moves the cache; and an entry
-                # that does not follow the cached one directly would skip what is between.
-                if cached is None or cached.lock.locked() or entry.prev_seq != cached.state.seq:
-                    continue
-                cached.state = self._log.apply_entry(cached.state, entry)
-
     # -- proposals -----------------------------------------------------------------------
 
     async def _on_proposal(self, request: Request) -> bytes | None:
@@ -152,6 +141,11 @@ class Coordinator:
         if domain is None:
             await self._dead_letters.send(request, None, "bad_subject", f"{request.subject!r} names no valid domain")
             return None
+        cached = self._domains.get(domain)
+        if cached is not None and cached.owner is not None:
+            forwarded = await self._forward(request, cached)
+            if forwarded is not None:
+                return forwarded
         try:
             envelope = Envelope.decode(request.data, max_size=self._client.max_payload or 1024 * 1024)
         except WireError as exc:
@@ -168,6 +162,26 @@ class Coordinator:
             return self._answer(domain, parsed)
         reply = await self._commit(parsed)
         return self._answer(domain, reply)
+
+    async def _forward(self, request: Request, cached: _Domain) -> bytes | None:
+        """The owner's answer to a proposal passed on to it; None if it did not answer.
+
+        Two coordinators taking turns on one domain would lose every other append to each
+        other; passing proposals to the one that won keeps a domain's commits in one
+        place, so they batch. Any coordinator can still commit: an owner that does not
+        answer is forgotten and the proposal is committed here.
+        """
+        owner = cached.owner
+        assert owner is not None
+        target = routed(subject(cached.state.domain, Verb.PROPOSE), owner)
+        try:
+            answer = await bus_request(self._client, target, request.data, timeout=self.config.forward_timeout)
+        except BusUnavailable as exc:
+            log.info("%s: owner %s did not answer (%s); committing here", cached.state.domain, owner, exc)
+            cached.owner = None
+            return None
+        self.metrics.forwarded += 1
+        return answer
 
     async def _commit(self, proposal: Proposal) -> Reply:
         """Commit `proposal`, in one batch with every other proposal waiting on its domain.
@@ -219,6 +233,7 @@ class Coordinator:
             except CasConflict:
                 self.metrics.cas_retries += 1
                 cached.state = await self._log.catch_up(state)
+                self._learn_owner(cached)
                 # Coordinators that lose a race to each other in step would keep losing;
                 # a random pause of up to a few appends breaks the lockstep.
                 await anyio.sleep(random.uniform(0, _BACKOFF_STEP * attempt))
@@ -246,6 +261,20 @@ class Coordinator:
         for waiter in batch:
             if isinstance(waiter.reply, Committed) and waiter.reply.duplicate:
                 self.metrics.duplicates += 1
+
+    def _learn_owner(self, cached: _Domain) -> None:
+        """After losing an append: pass this domain's proposals to the winner from now on.
+
+        Only to a winner that ranks before us for this domain, so that of two contenders
+        exactly one defers, and a proposal passed on and on reaches an end. The rank is
+        per domain, so busy domains spread over the coordinators rather than all going
+        to one of them.
+        """
+        winner = cached.state.last_writer
+        domain = cached.state.domain
+        if winner is not None and winner != cached.owner and _rank(domain, winner) < _rank(domain, self.id):
+            cached.owner = winner
+            log.info("%s: %s commits here too; passing its proposals to it", cached.state.domain, winner)
 
     async def _after_commit(self, cached: _Domain, count: int) -> None:
         """Housekeeping commits can trigger: folding, snapshots, purge of a closed domain."""
@@ -325,10 +354,15 @@ class Coordinator:
         return self.metrics.prometheus(coordinator_id=self.id, domains=len(self._domains)).encode()
 
 
+def _rank(domain: Domain, coordinator_id: str) -> bytes:
+    """A coordinator's place in the order of who defers to whom on `domain`."""
+    return hashlib.sha256(f"{domain}\x1f{coordinator_id}".encode()).digest()
+
+
 def _domain_of(subject_: str) -> Domain | None:
-    """The domain a `ctx.<user>.<session>.<task>.<verb>` subject names, if valid."""
+    """The domain a `ctx.<user>.<session>.<task>.<verb>[.<route>]` subject names, if valid."""
     parts = subject_.split(".")
-    if len(parts) != 5:
+    if len(parts) not in (5, 6):
         return None
     try:
         return Domain.parse("/".join(parts[1:4]))

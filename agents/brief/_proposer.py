@@ -1,5 +1,8 @@
 """Proposing changes to the brief: request/reply to the coordinator group, retried safely.
 
+Proposals go to the coordinator queue group, then straight to the coordinator that
+answered last: where several coordinators serve, that is the one committing the domain.
+
 A proposal carries an idempotency key. If the reply is lost (coordinator killed, NATS
 restarting), the proposer sends the same proposal with the same key again until a
 coordinator answers; the brief remembers committed keys, so a proposal that was in fact
@@ -14,7 +17,7 @@ from typing import Final
 
 import anyio
 
-from bus import BusUnavailable, NatsClient, Verb, request, subject
+from bus import BusUnavailable, NatsClient, Verb, request, routed, subject
 from schemas import (
     BriefOp,
     Domain,
@@ -46,6 +49,9 @@ class Proposer:
         self.agent_id = agent_id
         self._client = client
         self._subject = subject(domain, Verb.PROPOSE)
+        self._direct: str | None = None
+        """The coordinator that answered last, asked first: where coordinators share a
+        domain, the one it passes proposals to (see the coordinator's `_forward`)."""
 
     def __repr__(self) -> str:
         return f"<Proposer {self.agent_id!r} -> {self.domain}>"
@@ -84,14 +90,20 @@ class Proposer:
         delay = 0.05
         with anyio.move_on_after(deadline):
             while True:
+                direct = self._direct
                 try:
-                    answer = await request(self._client, self._subject, data, timeout=attempt_timeout)
+                    answer = await request(self._client, direct or self._subject, data, timeout=attempt_timeout)
                 except BusUnavailable as exc:
+                    if direct is not None:
+                        log.debug("coordinator at %s gone (%s); asking the group", direct, exc)
+                        self._direct = None
+                        continue
                     log.debug("proposal %s not answered (%s); retrying with the same key", proposal.key, exc)
                     await anyio.sleep(delay)
                     delay = min(delay * 2, 0.5)
                     continue
-                reply = _parse_reply(answer)
+                reply, coordinator = _parse_reply(answer)
+                self._direct = routed(self._subject, coordinator)
                 if isinstance(reply, Rejection) and reply.code is RejectionCode.BUSY:
                     log.debug("proposal %s met a busy log; retrying with the same key", proposal.key)
                     await anyio.sleep(delay)
@@ -101,11 +113,12 @@ class Proposer:
         raise BusUnavailable(f"no coordinator answered proposal {proposal.key} within {deadline:.0f}s")
 
 
-def _parse_reply(data: bytes) -> Reply:
+def _parse_reply(data: bytes) -> tuple[Reply, str]:
+    """The reply, and the id of the coordinator that made it."""
     envelope = Envelope.decode(data)
     if envelope.type is not MessageType.REPLY:
         raise WireError(f"expected a reply envelope, got a {envelope.type} envelope")
     try:
-        return ReplyAdapter.validate_python(envelope.body)
+        return ReplyAdapter.validate_python(envelope.body), envelope.sender
     except ValueError as exc:
         raise WireError(f"reply body is invalid: {exc}") from exc

@@ -100,10 +100,55 @@ async def test_follow_sees_domains_it_filters_only(txlog: TxLog) -> None:
     assert got == [b"m0", b"m1"]
 
 
+async def test_tail_yields_each_entry_once_in_order(txlog: TxLog) -> None:
+    subject, other = _subject(), _subject()
+    before = [await txlog.append(subject, f"b{i}".encode(), uuid.uuid4().hex) for i in range(3)]
+    got: list[LogEntry] = []
+    with anyio.fail_after(10):
+        tail = txlog.tail(subject, before[0])
+        got.append(await anext(tail))  # read back: stored before the tail began
+        got.append(await anext(tail))
+        for i in range(3):
+            await txlog.append(other, b"not mine", uuid.uuid4().hex)
+            await txlog.append(subject, f"a{i}".encode(), uuid.uuid4().hex)
+        got.extend([await anext(tail) for _ in range(3)])  # heard live
+        await tail.aclose()
+    assert [e.payload for e in got] == [b"b1", b"b2", b"a0", b"a1", b"a2"]
+    assert [e.prev_seq for e in got[2:]] == [got[1].seq, got[2].seq, got[3].seq]
+
+
+async def test_tail_reads_back_what_it_did_not_hear(nats_client: Client) -> None:
+    """A reader too slow for the live feed loses entries there; tail reads them from the log,
+    whether a later entry shows the gap or a quiet spell hides it."""
+    txlog = TxLog(nats_client, TxLogConfig(live_buffer=1, idle_heartbeat=0.1))
+    subject = _subject()
+
+    async def append(name: str) -> None:
+        await txlog.append(subject, name.encode(), uuid.uuid4().hex)
+
+    await append("e0")
+    with anyio.fail_after(10):
+        tail = txlog.tail(subject)
+        assert (await anext(tail)).payload == b"e0"  # the tail is following now
+        for i in range(1, 5):  # while the reader is busy: e1 is buffered, e2..e4 dropped
+            await append(f"e{i}")
+        assert (await anext(tail)).payload == b"e1"
+        next_entry = anext(tail)
+        await append("e5")  # heard live, after e4: the gap shows, e2..e5 are read back
+        got = [(await next_entry).payload] + [(await anext(tail)).payload for _ in range(3)]
+        assert got == [b"e2", b"e3", b"e4", b"e5"]
+        for i in range(6, 9):  # e6 buffered, e7 and e8 dropped, and nothing comes after them
+            await append(f"e{i}")
+        got = [(await anext(tail)).payload for _ in range(3)]  # the quiet spell gives them away
+        assert got == [b"e6", b"e7", b"e8"]
+        await tail.aclose()
+
+
 async def test_appends_and_follow_survive_a_server_crash(
     nats_server_factory: Callable[..., EmbeddedServer],
 ) -> None:
-    """2,000 appends, SIGKILL + restart mid-run: nothing lost, nothing doubled, in order."""
+    """2,000 appends, SIGKILL + restart mid-run: nothing lost, nothing doubled, in order,
+    in the log and for both ways of following it."""
     server = nats_server_factory()
     writer = await connect(BusConfig(servers=[server.url]))
     reader = await connect(BusConfig(servers=[server.url]))
@@ -112,14 +157,20 @@ async def test_appends_and_follow_survive_a_server_crash(
     await log.ensure()
     subject, total = "ctx.u.s.crash.tx", 2000
     followed: list[LogEntry] = []
+    tailed: list[LogEntry] = []
     acked: dict[str, int] = {}
 
     async def follow() -> None:
         async for entry in follow_log.follow("ctx.*.*.*.tx"):
             followed.append(entry)
 
+    async def tail() -> None:
+        async for entry in follow_log.tail(subject):
+            tailed.append(entry)
+
     async with anyio.create_task_group() as tg:
         tg.start_soon(follow)
+        tg.start_soon(tail)
         for i in range(total):
             if i == total // 2:
                 server.kill()
@@ -128,7 +179,7 @@ async def test_appends_and_follow_survive_a_server_crash(
             msg_id = f"m{i}"
             acked[msg_id] = await log.append(subject, msg_id.encode(), msg_id)
         with anyio.fail_after(30):
-            while len(followed) < total:
+            while len(followed) < total or len(tailed) < total:
                 await anyio.sleep(0.05)
         await anyio.sleep(1.5)  # room for a late duplicate to show up
         tg.cancel_scope.cancel()
@@ -138,5 +189,6 @@ async def test_appends_and_follow_survive_a_server_crash(
     assert [e.msg_id for e in stored] == [f"m{i}" for i in range(total)]
     assert {e.msg_id: e.seq for e in stored} == acked
     assert [e.seq for e in followed] == [e.seq for e in stored], "follow skipped, repeated or reordered"
+    assert [e.seq for e in tailed] == [e.seq for e in stored], "tail skipped, repeated or reordered"
     await writer.close()
     await reader.close()
