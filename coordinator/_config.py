@@ -26,6 +26,10 @@ DEFAULT_FORWARD_TIMEOUT: Final = 1.0
 """Seconds to wait for a domain's owner before committing a proposal here instead;
 under a proposer's 2 s attempt timeout, so the proposer still hears back in time."""
 
+DEFAULT_BATCH_LINGER: Final = 0.001
+"""Seconds a busy domain's next batch waits before it is cut, so that proposers just
+answered can join it (as PostgreSQL's `commit_delay`); never when the domain is quiet."""
+
 DEFAULT_MAX_BATCH: Final = 64
 """Proposals committed in one log entry at most; 64 bounded ops fit well in 1 MiB."""
 
@@ -45,6 +49,7 @@ class CoordinatorConfig:
     close_grace: float = DEFAULT_CLOSE_GRACE
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
     max_batch: int = DEFAULT_MAX_BATCH
+    batch_linger: float = DEFAULT_BATCH_LINGER
     forward_timeout: float = DEFAULT_FORWARD_TIMEOUT
     brief_budget_tokens: int | None = None
     """Token budget of the rendered brief; over it, old done items are folded. None: no budget."""

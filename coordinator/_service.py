@@ -29,7 +29,6 @@ from bus import (
     NatsClient,
     Request,
     Verb,
-    acquire_uncontended,
     all_domains,
     routed,
     serve,
@@ -78,15 +77,22 @@ class _Waiter:
 
     proposal: Proposal
     reply: Reply | None = None
+    failure: BaseException | None = None
+    """Why the batch that carried it could not be committed, if it could not."""
+    woken: anyio.Event = field(default_factory=anyio.Event)
+    """Set when it has its answer (or failure), or when it is its turn to commit."""
 
 
 @dataclass
 class _Domain:
-    """One domain's cached state, its queue of proposals, and the lock that orders them."""
+    """One domain's cached state, and its queue of proposals waiting to be committed."""
 
     state: BriefState
     queue: list[_Waiter] = field(default_factory=list)
-    lock: anyio.Lock = field(default_factory=anyio.Lock)
+    committing: bool = False
+    """Whether a batch of this domain is being committed; then new proposals queue."""
+    last_batch: int = 0
+    """Proposals in the last batch: more than one means the domain is busy."""
     since_snapshot: int = 0
     purge_scheduled: bool = False
     owner: str | None = None
@@ -186,21 +192,44 @@ class Coordinator:
     async def _commit(self, proposal: Proposal) -> Reply:
         """Commit `proposal`, in one batch with every other proposal waiting on its domain.
 
-        Group commit: whoever holds the domain's lock takes every queued proposal and
-        appends them as one log entry, so a burst costs one compare-and-set round trip,
-        not one per proposal. A proposal answered by an earlier holder returns at once.
+        Group commit: while one batch of a domain is being appended, new proposals queue;
+        then the proposal at the head of the queue takes every queued one and appends them
+        as one log entry, so a burst costs one compare-and-set round trip, not one per
+        proposal. Everyone in a batch is woken at once when it is done, so their replies
+        leave in one write.
         """
         cached = await self._cached(proposal.domain)
         waiter = _Waiter(proposal)
         cached.queue.append(waiter)
-        await acquire_uncontended(cached.lock)
-        try:
-            if waiter.reply is None:
-                batch = cached.queue[: self.config.max_batch]
-                del cached.queue[: len(batch)]
+        if cached.committing:
+            try:
+                await waiter.woken.wait()
+            except BaseException:  # cancelled in the queue: do not leave the queue stuck
+                _leave(cached, waiter)
+                raise
+        if waiter.reply is None and waiter.failure is None:  # our turn: we are the queue's head
+            cached.committing = True
+            if cached.last_batch > 1 and self.config.batch_linger > 0:
+                # Under load, those just answered are about to propose again: let them in.
+                await anyio.sleep(self.config.batch_linger)
+            batch = cached.queue[: self.config.max_batch]
+            del cached.queue[: len(batch)]
+            cached.last_batch = len(batch)
+            try:
                 await self._commit_batch(cached, batch)
-        finally:
-            cached.lock.release()
+            except BaseException as exc:
+                for other in batch:
+                    other.failure = exc
+                raise
+            finally:
+                for other in batch:
+                    other.woken.set()
+                if cached.queue:
+                    cached.queue[0].woken.set()  # the next batch is the next head's to commit
+                else:
+                    cached.committing = False
+        if waiter.failure is not None:
+            raise BusError(f"the batch carrying proposal {proposal.key} failed: {waiter.failure!r}")
         assert waiter.reply is not None
         return waiter.reply
 
@@ -352,6 +381,19 @@ class Coordinator:
 
     async def _on_metrics(self, request: Request) -> bytes:
         return self.metrics.prometheus(coordinator_id=self.id, domains=len(self._domains)).encode()
+
+
+def _leave(cached: _Domain, waiter: _Waiter) -> None:
+    """Take a cancelled `waiter` out of the queue, passing on its turn if it had it."""
+    if waiter not in cached.queue:
+        return  # already in a batch: whoever commits it wakes everyone
+    had_turn = cached.queue[0] is waiter and waiter.woken.is_set()
+    cached.queue.remove(waiter)
+    if had_turn:
+        if cached.queue:
+            cached.queue[0].woken.set()
+        else:
+            cached.committing = False
 
 
 def _rank(domain: Domain, coordinator_id: str) -> bytes:

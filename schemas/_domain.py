@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import re
-from typing import Annotated, Self
+from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
 
@@ -60,17 +61,17 @@ class Domain(BaseModel):
     """One task inside the session; the unit that shares a brief."""
 
     @classmethod
-    def parse(cls, text: str) -> Self:
+    def parse(cls, text: str) -> Domain:
         """Parse the display form `user/session/task`.
+
+        Every message names its domain, often more than once, so parses are cached:
+        a `Domain` is immutable, and one instance per string serves every message.
 
         :raises InvalidDomain: if there are not exactly three tokens or one is malformed.
         """
         if not isinstance(text, str):
             raise InvalidDomain(f"domain must be a string 'user/session/task', got {text!r}")
-        parts = text.split("/")
-        if len(parts) != 3:
-            raise InvalidDomain(f"domain {text!r} must have the form 'user/session/task' (3 parts, got {len(parts)})")
-        return cls(user=_user(parts[0]), session=_session(parts[1]), task=_task(parts[2]))
+        return _parse(text)
 
     @property
     def tokens(self) -> tuple[str, str, str]:
@@ -84,3 +85,11 @@ class Domain(BaseModel):
 
     def __str__(self) -> str:
         return "/".join(self.tokens)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse(text: str) -> Domain:
+    parts = text.split("/")
+    if len(parts) != 3:
+        raise InvalidDomain(f"domain {text!r} must have the form 'user/session/task' (3 parts, got {len(parts)})")
+    return Domain(user=_user(parts[0]), session=_session(parts[1]), task=_task(parts[2]))
