@@ -29,7 +29,6 @@ from bus._subjects import (
     subject,
 )
 from bus._txlog import LogEntry, TxLog, TxLogConfig
-from bus._uncontended import acquire_uncontended
 
 __all__ = [
     "BRIEF_BUCKET",
@@ -69,7 +68,6 @@ __all__ = [
     "batch_msg_id",
     "commits_of",
     "connect",
-    "acquire_uncontended",
     "find_nats_server",
     "free_port",
     "kv_key",

@@ -209,17 +209,20 @@ class Coordinator:
                 raise
         if waiter.reply is None and waiter.failure is None:  # our turn: we are the queue's head
             cached.committing = True
-            if cached.last_batch > 1 and self.config.batch_linger > 0:
-                # Under load, those just answered are about to propose again: let them in.
-                await anyio.sleep(self.config.batch_linger)
-            batch = cached.queue[: self.config.max_batch]
-            del cached.queue[: len(batch)]
-            cached.last_batch = len(batch)
+            batch: list[_Waiter] = []
             try:
+                if cached.last_batch > 1 and self.config.batch_linger > 0:
+                    # Under load, those just answered are about to propose again: let them in.
+                    await anyio.sleep(self.config.batch_linger)
+                batch = cached.queue[: self.config.max_batch]
+                del cached.queue[: len(batch)]
+                cached.last_batch = len(batch)
                 await self._commit_batch(cached, batch)
             except BaseException as exc:
                 for other in batch:
                     other.failure = exc
+                if not batch:  # cancelled while lingering
+                    cached.queue.remove(waiter)
                 raise
             finally:
                 for other in batch:

@@ -12,7 +12,7 @@ import pytest
 from anyio.abc import TaskGroup
 
 from agents.brief import BriefReplica, Proposer
-from bus import BriefLog, BriefState, NatsClient, Verb, request, subject
+from bus import BriefLog, BriefState, NatsClient, Verb, commits_of, request, subject
 from coordinator import GLOBAL_DLQ, METRICS_SUBJECT, STATUS_SUBJECT
 from schemas import (
     AddDecision,
@@ -206,6 +206,24 @@ async def test_follow_reports_how_far_behind_it_is(running: tuple[NatsClient, Ta
     await follower.aclose()
     assert seen[0] == (1, 29)
     assert seen[-1] == (30, 0)
+
+
+async def test_concurrent_proposals_are_committed_in_batches(running: tuple[NatsClient, TaskGroup]) -> None:
+    client, _ = running
+    domain = _domain()
+
+    async def propose_five(agent: Proposer) -> None:
+        for i in range(5):
+            assert isinstance(await agent.propose(AddNote(text=f"{agent.agent_id} {i}")), Committed)
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            for n in range(32):
+                tg.start_soon(propose_five, Proposer(client, domain, agent_id=f"a{n}"))
+    entries = [entry async for entry in BriefLog(client).txlog.read(subject(domain, Verb.TX))]
+    revisions = [commit.revision for entry in entries for commit in commits_of(entry)]
+    assert revisions == list(range(1, 161))
+    assert len(entries) < 160, "proposals waiting on a domain go into one log entry"
 
 
 async def test_a_stale_coordinator_does_not_refuse_what_another_committed(
