@@ -2,11 +2,12 @@
 
     python bench/_propagation_worker.py URL DOMAIN ENTRIES
 
-Measures two things in the same process and prints them as JSON once it has seen
+Measures three things in the same process and prints them as JSON once it has seen
 ENTRIES log entries: raw fan-out (publish time carried in the payload -> received
-here) and the brief (the log's own store time of an entry -> applied here, on the
-replica's path: `TxLog.tail`, then `BriefLog.apply_entry`). Prints "ready" when
-subscribed to the raw subject; the caller leaves it a moment to start following the log.
+here), raw stored fan-out (a JetStream stream's store time -> its republished copy
+received here) and the brief (the log's own store time of an entry -> applied here, on
+the replica's path: `TxLog.tail`, then `BriefLog.apply_entry`). Prints "ready" when
+subscribed to the raw subjects; the caller leaves it a moment to start following the log.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import struct
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import anyio
@@ -26,6 +28,9 @@ from bus import BriefLog, BusConfig, Verb, connect, subject  # noqa: E402
 from schemas import Domain  # noqa: E402
 
 RAW_SUBJECT = "rawb.fan"
+STORED_SUBJECT = "rawb.stored"
+STORED_LIVE = "rawb.live"
+"""Where the raw stream republishes what it stores on `STORED_SUBJECT`."""
 RAW_DONE = b"done"
 DEADLINE = 300.0
 """Seconds after which the worker reports whatever it has measured."""
@@ -36,12 +41,22 @@ async def run(url: str, domain: Domain, entries: int) -> None:
     raw: list[float] = []
     raw_done = anyio.Event()
 
+    stored: list[float] = []
+    stored_done = anyio.Event()
+
     async def on_raw(msg: Msg) -> None:
         if msg.data == RAW_DONE:
             raw_done.set()
             return
         (sent,) = struct.unpack_from("d", msg.data)
         raw.append(time.time() - sent)
+
+    async def on_stored(msg: Msg) -> None:
+        if msg.data == RAW_DONE:
+            stored_done.set()
+            return
+        stored_at = datetime.fromisoformat((msg.headers or {})["Nats-Time-Stamp"]).timestamp()
+        stored.append(time.time() - stored_at)
 
     brief_log = BriefLog(client)
     applied: dict[int, float] = {}
@@ -56,13 +71,15 @@ async def run(url: str, domain: Domain, entries: int) -> None:
                 return
 
     await client.subscribe(RAW_SUBJECT, cb=on_raw)
+    await client.subscribe(STORED_LIVE, cb=on_stored)
     await client.flush()
     with anyio.move_on_after(DEADLINE):  # report what arrived, rather than hang the bench
         async with anyio.create_task_group() as tg:
             tg.start_soon(follow)
             print("ready", flush=True)
             await raw_done.wait()
-    print(json.dumps({"raw": raw, "brief": applied}), flush=True)
+            await stored_done.wait()
+    print(json.dumps({"raw": raw, "stored": stored, "brief": applied}), flush=True)
     await client.close()
 
 

@@ -3,11 +3,13 @@
     python bench/brief.py [--ops 2000] [--seconds 3]
 
 Coordinators and the 8 agents run in their own processes, as in production. Prints
-propose -> committed latency with 1 and 2 coordinators, commit -> applied at all of 8
+propose -> committed latency with 1 and 2 coordinators; commit -> applied at all of 8
 agents (from the moment the log stored the commit, by the server's clock, to the last
-agent applying it), commits/s per domain under concurrent proposers, and in the same
-run raw JetStream publish+ack and raw fan-out to the same 8 agent processes (from
-publish to the last receipt), with the ratios.
+agent applying it); commits/s per domain under 32 concurrent proposers; and in the same
+run raw JetStream publish+ack, raw fan-out to the same 8 agent processes (publish to
+the last receipt) and raw stored fan-out (store to the last receipt), with the ratios.
+Each raw baseline alternates with what it is compared to, op by op, so that the drift
+of a shared machine hits both alike.
 Targets: commit median <= 2.5x publish+ack; propagation median <= 1.5x fan-out;
 >= 2,000 commits/s per domain.
 """
@@ -25,12 +27,12 @@ from pathlib import Path
 
 import anyio
 import anyio.to_thread
-from nats.js.api import StreamConfig
+from nats.js.api import RePublish, StreamConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _propagation_worker import RAW_DONE, RAW_SUBJECT  # noqa: E402
+from _propagation_worker import RAW_DONE, RAW_SUBJECT, STORED_LIVE, STORED_SUBJECT  # noqa: E402
 from _stats import ratio, summary  # noqa: E402
 
 from agents.brief import Proposer  # noqa: E402
@@ -46,25 +48,31 @@ def _domain() -> Domain:
     return Domain.parse(f"bench/s/{uuid.uuid4().hex[:10]}")
 
 
-async def _raw_publish(url: str, ops: int) -> list[float]:
-    nc = await connect(BusConfig(servers=[url]))
-    js = nc.jetstream()
-    await js.add_stream(StreamConfig(name="RAWB", subjects=["rawb.js"]))
-    pub: list[float] = []
-    for i in range(ops):
+class _RawPublisher:
+    """Raw JetStream publish+ack, one at a time, between our own operations."""
+
+    def __init__(self, client: NatsClient) -> None:
+        self._js = client.jetstream()
+        self._count = 0
+
+    async def ensure(self) -> None:
+        await self._js.add_stream(StreamConfig(name="RAWB", subjects=["rawb.js"]))
+
+    async def timed(self) -> float:
+        self._count += 1
         t0 = time.perf_counter()
-        await js.publish("rawb.js", b"x" * 300, headers={"Nats-Msg-Id": f"r{i}"})
-        pub.append(time.perf_counter() - t0)
-    await nc.close()
-    return pub
+        await self._js.publish("rawb.js", b"x" * 300, headers={"Nats-Msg-Id": f"r{self._count}"})
+        return time.perf_counter() - t0
 
 
-async def _propagation(client: NatsClient, url: str, ops: int) -> tuple[list[float], list[float]]:
-    """Raw fan-out and commit -> applied, both to the same 8 agent processes.
+async def _propagation(client: NatsClient, url: str, ops: int) -> tuple[list[float], list[float], list[float]]:
+    """Raw fan-out, raw stored fan-out and commit -> applied, to the same 8 agent processes.
 
-    Both are timed from their origin to the last of the 8 agents: a raw message from the
-    publish time it carries, a commit from the time the log stored it. Messages are
-    paced, so each figure is the latency of one message, not of a queue.
+    Each is timed from its origin to the last of the 8 agents: a raw message from the
+    publish time it carries, a stored message and a commit from the time their stream
+    stored them. Messages are paced, so each figure is the latency of one message, not of
+    a queue. Stored fan-out shows what storing costs before anyone hears of a message
+    (with `sync_interval: always`, an fsync), the part of propagation that is not ours.
     """
     domain = _domain()
     workers = [
@@ -74,34 +82,50 @@ async def _propagation(client: NatsClient, url: str, ops: int) -> tuple[list[flo
         )
         for _ in range(FANOUT)
     ]
-    for worker in workers:
-        assert worker.stdout is not None
-        worker.stdout.readline()  # "ready"
-    await anyio.sleep(1.0)  # each worker is following the log by now
-    padding = b"x" * 292
-    for _ in range(ops):
-        await client.publish(RAW_SUBJECT, struct.pack("d", time.time()) + padding)
-        await anyio.sleep(_PACE)
-    await client.publish(RAW_SUBJECT, RAW_DONE)
-    log = BriefLog(client)
-    state = await log.load(domain)
-    for i in range(ops):
-        proposal = Proposal(domain=domain, author="bench", op=AddNote(text=f"p{i}"), key=f"p{i}")
-        commit = Commit.of(proposal, revision=state.brief.revision + 1, ts=time.time(), committed_by="bench")
-        seq = await log.append(state, [commit], sender="bench")
-        state = BriefState(apply(state.brief, commit), seq)
-        await anyio.sleep(_PACE)
-    reports = []
-    for worker in workers:
-        out, _ = await anyio.to_thread.run_sync(worker.communicate)
-        reports.append(json.loads(out.splitlines()[-1]))
+    try:
+        for worker in workers:
+            assert worker.stdout is not None
+            worker.stdout.readline()  # "ready"
+        await anyio.sleep(1.0)  # each worker is following the log by now
+        await _send_paced(client, domain, ops)
+        reports = []
+        for worker in workers:
+            out, _ = await anyio.to_thread.run_sync(worker.communicate)
+            reports.append(json.loads(out.splitlines()[-1]))
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
     received = min(len(r["raw"]) for r in reports)
     fan = [max(r["raw"][i] for r in reports) for i in range(received)]
+    stored = [max(r["stored"][i] for r in reports) for i in range(min(len(r["stored"]) for r in reports))]
     heard = set.intersection(*(set(r["brief"]) for r in reports))
     prop = [max(r["brief"][seq] for r in reports) for seq in heard]
     if received < ops or len(heard) < ops:
         print(f"  (not every agent saw everything: {received} raw messages, {len(heard)} commits of {ops})")
-    return fan, prop
+    return fan, stored, prop
+
+
+async def _send_paced(client: NatsClient, domain: Domain, ops: int) -> None:
+    """`ops` rounds, one every `_PACE`: a raw message, a stored one, a commit."""
+    padding = b"x" * 292
+    js = client.jetstream()
+    republish = RePublish(src=STORED_SUBJECT, dest=STORED_LIVE)
+    await js.add_stream(StreamConfig(name="RAWS", subjects=[STORED_SUBJECT], republish=republish))
+    log = BriefLog(client)
+    state = await log.load(domain)
+    for i in range(ops):
+        await client.publish(RAW_SUBJECT, struct.pack("d", time.time()) + padding)
+        await anyio.sleep(_PACE / 3)
+        await js.publish(STORED_SUBJECT, padding)
+        await anyio.sleep(_PACE / 3)
+        proposal = Proposal(domain=domain, author="bench", op=AddNote(text=f"p{i}"), key=f"p{i}")
+        commit = Commit.of(proposal, revision=state.brief.revision + 1, ts=time.time(), committed_by="bench")
+        seq = await log.append(state, [commit], sender="bench")
+        state = BriefState(apply(state.brief, commit), seq)
+        await anyio.sleep(_PACE / 3)
+    await client.publish(RAW_SUBJECT, RAW_DONE)
+    await js.publish(STORED_SUBJECT, RAW_DONE)
 
 
 class _Worker:
@@ -128,14 +152,16 @@ class _Worker:
         self._open = f"p{reply.revision}" if self._open is None else None
 
 
-async def _latency(proposer: Proposer, ops: int) -> list[float]:
+async def _latency(proposer: Proposer, raw: _RawPublisher, ops: int) -> tuple[list[float], list[float]]:
+    """Propose -> committed, and raw publish+ack alternating with it op by op."""
     worker = _Worker(proposer)
-    samples = []
+    ours, baseline = [], []
     for _ in range(ops):
+        baseline.append(await raw.timed())
         t0 = time.perf_counter()
         await worker.step()
-        samples.append(time.perf_counter() - t0)
-    return samples
+        ours.append(time.perf_counter() - t0)
+    return ours, baseline
 
 
 async def _throughput(client: NatsClient, seconds: float, proposers: int = 32) -> float:
@@ -178,24 +204,27 @@ async def run(ops: int, seconds: float) -> None:
     async with EmbeddedServer() as server:
         url = server.url
         print(f"nats-server at {url} (sync_interval: {server.sync_interval}); {ops} ops per latency figure")
-        raw_pub = await _raw_publish(url, ops)
         client = await connect(BusConfig(servers=[url]))
         await BriefLog(client).ensure()
-        raw_fan, propagation = await _propagation(client, url, ops)
+        raw = _RawPublisher(client)
+        await raw.ensure()
+        raw_fan, raw_stored, propagation = await _propagation(client, url, ops)
 
         coordinators = [_start_coordinator(url, 0)]
-        one = await _latency(Proposer(client, _domain(), agent_id="bench"), ops)
+        one, raw_one = await _latency(Proposer(client, _domain(), agent_id="bench"), raw, ops)
         coordinators.append(_start_coordinator(url, 1))
-        two = await _latency(Proposer(client, _domain(), agent_id="bench"), ops)
+        two, raw_two = await _latency(Proposer(client, _domain(), agent_id="bench"), raw, ops)
         rate = await _throughput(client, seconds)
         await client.close()
         for proc in coordinators:
             proc.terminate()
             proc.wait()
 
-    print("\nraw NATS baselines")
-    pub_med, _ = summary("JetStream publish+ack", raw_pub)
+    print("\nraw NATS baselines (each measured alternating with what it is compared to)")
+    pub_one, _ = summary("JetStream publish+ack (with 1)", raw_one)
+    pub_two, _ = summary("JetStream publish+ack (with 2)", raw_two)
     fan_med, _ = summary(f"fan-out to {FANOUT} agent processes", raw_fan)
+    stored_med, _ = summary("same, stored first (store -> all)", raw_stored)
     print("\nshared brief")
     one_med, _ = summary("propose -> committed, 1 coordinator", one)
     two_med, _ = summary("propose -> committed, 2 coordinators", two)
@@ -204,9 +233,10 @@ async def run(ops: int, seconds: float) -> None:
         f"  {'commits/s, one domain, 32 proposers':<34} {rate:8.0f}   (target >= 2,000: {'met' if rate >= 2000 else 'MISSED'})"
     )
     print("\nratios, ours / raw (medians)")
-    ratio("commit (1 coord) / publish+ack", one_med, pub_med, 2.5)
-    ratio("commit (2 coords) / publish+ack", two_med, pub_med, 2.5)
+    ratio("commit (1 coord) / publish+ack", one_med, pub_one, 2.5)
+    ratio("commit (2 coords) / publish+ack", two_med, pub_two, 2.5)
     ratio(f"propagation / fan-out to {FANOUT}", prop_med, fan_med, 1.5)
+    ratio("propagation / stored fan-out", prop_med, stored_med)
 
 
 def main() -> None:
