@@ -290,7 +290,14 @@ class TxLog:
         with send, receive:
             sub = await self._client.subscribe(live_subject(self.config.stream, subject_filter), cb=on_msg)
             try:
-                await self._client.flush()  # subscribed on the server before the caller reads the log
+                try:
+                    await self._client.flush()  # subscribed on the server before the caller reads the log
+                except TRANSIENT as exc:  # the subscription is sent again on reconnect
+                    log.debug(
+                        "live subscription to %s not confirmed yet (%r)",
+                        subject_filter,
+                        exc,
+                    )
                 yield receive
             finally:
                 with anyio.CancelScope(shield=True):
