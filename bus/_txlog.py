@@ -193,7 +193,7 @@ class TxLog:
             raw = await self._js.get_msg(self.config.stream, subject=subject, direct=True)
         except nats.js.errors.NotFoundError:
             return 0
-        except TRANSIENT as exc:
+        except (*TRANSIENT, nats.js.errors.ServerError) as exc:  # a 500 while JetStream recovers
             raise BusUnavailable(f"cannot read the last sequence of {subject}: {exc!r}") from exc
         return int(raw.seq or 0)
 
@@ -408,7 +408,7 @@ class TxLog:
             raw = await self._js.get_msg(self.config.stream, seq=seq, subject=subject, next=True, direct=True)
         except nats.js.errors.NotFoundError:
             return None
-        except TRANSIENT as exc:
+        except (*TRANSIENT, nats.js.errors.ServerError) as exc:  # a 500 while JetStream recovers
             raise BusUnavailable(f"cannot read {subject} from sequence {seq}: {exc!r}") from exc
         return LogEntry(
             seq=int(raw.seq or 0),
