@@ -293,11 +293,7 @@ class TxLog:
                 try:
                     await self._client.flush()  # subscribed on the server before the caller reads the log
                 except TRANSIENT as exc:  # the subscription is sent again on reconnect
-                    log.debug(
-                        "live subscription to %s not confirmed yet (%r)",
-                        subject_filter,
-                        exc,
-                    )
+                    log.debug("live subscription to %s not confirmed yet (%r)", subject_filter, exc)
                 yield receive
             finally:
                 with anyio.CancelScope(shield=True):
