@@ -6,6 +6,7 @@ permissions can separate tenants and a wildcard can watch one task.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from enum import StrEnum
 from typing import Final
@@ -86,7 +87,13 @@ def routed(subject_: str, member_id: str) -> str:
     Member ids (coordinator ids) may hold characters a subject cannot, so the last token
     is a digest of the id.
     """
-    return f"{subject_}.{hashlib.sha256(member_id.encode()).hexdigest()[:16]}"
+    return f"{subject_}.{_route_token(member_id)}"
+
+
+@functools.lru_cache(maxsize=256)
+def _route_token(member_id: str) -> str:
+    """Cached: a proposer computes it after every reply, for the few coordinators there are."""
+    return hashlib.sha256(member_id.encode()).hexdigest()[:16]
 
 
 def kv_key(domain: Domain, *names: str) -> str:
