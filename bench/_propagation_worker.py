@@ -6,7 +6,7 @@ Measures three things in the same process and prints them as JSON once it has se
 ENTRIES log entries: raw fan-out (publish time carried in the payload -> received
 here), raw stored fan-out (a JetStream stream's store time -> its republished copy
 received here) and the brief (the log's own store time of an entry -> applied here, on
-the replica's path: `TxLog.tail`, then `BriefLog.apply_entry`). Prints "ready" when
+the replica's path: `BriefLog.apply_entry` called by `TxLog.tail`). Prints "ready" when
 subscribed to the raw subjects; the caller leaves it a moment to start following the log.
 """
 
@@ -18,13 +18,14 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import NoReturn
 
 import anyio
 from nats.aio.msg import Msg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bus import BriefLog, BusConfig, Verb, connect, subject  # noqa: E402
+from bus import BriefLog, BusConfig, LogEntry, Verb, connect, subject  # noqa: E402
 from schemas import Domain  # noqa: E402
 
 RAW_SUBJECT = "rawb.fan"
@@ -60,15 +61,20 @@ async def run(url: str, domain: Domain, entries: int) -> None:
 
     brief_log = BriefLog(client)
     applied: dict[int, float] = {}
+    applied_all = anyio.Event()
 
-    async def follow() -> None:
+    async def follow() -> NoReturn:
         state = await brief_log.load(domain)
-        async for entry in brief_log.txlog.tail(subject(domain, Verb.TX), state.seq):
+
+        def on_entry(entry: LogEntry) -> None:
+            nonlocal state
             state = brief_log.apply_entry(state, entry)
             if entry.time is not None:  # None only if read back, not heard live
                 applied[entry.seq] = time.time() - entry.time.timestamp()
             if len(applied) == entries:
-                return
+                applied_all.set()
+
+        await brief_log.txlog.tail(subject(domain, Verb.TX), state.seq, on_entry)
 
     await client.subscribe(RAW_SUBJECT, cb=on_raw)
     await client.subscribe(STORED_LIVE, cb=on_stored)
@@ -79,6 +85,8 @@ async def run(url: str, domain: Domain, entries: int) -> None:
             print("ready", flush=True)
             await raw_done.wait()
             await stored_done.wait()
+            await applied_all.wait()
+            tg.cancel_scope.cancel()
     print(json.dumps({"raw": raw, "stored": stored, "brief": applied}), flush=True)
     await client.close()
 

@@ -25,6 +25,7 @@ from bus._subjects import (
     Verb,
     all_domains,
     kv_key,
+    live_subject,
     routed,
     subject,
 )
@@ -73,6 +74,7 @@ __all__ = [
     "kv_key",
     "publish",
     "request",
+    "live_subject",
     "routed",
     "serve",
     "subject",

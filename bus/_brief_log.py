@@ -11,9 +11,9 @@ import dataclasses
 import hashlib
 import logging
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, NoReturn
 
 from nats.aio.client import Client
 from pydantic import ValidationError
@@ -122,15 +122,17 @@ class BriefLog:
         """Whether no entry has been appended to the domain's log since `state.seq`."""
         return await self.txlog.last_seq(subject(state.domain, Verb.TX)) == state.seq
 
-    async def follow(self, state: BriefState) -> AsyncGenerator[BriefState, None]:
-        """Yield the state after each new commit, forever, starting after `state.seq`."""
-        follower = self.txlog.tail(subject(state.domain, Verb.TX), state.seq)
-        try:
-            async for entry in follower:
-                state = self.apply_entry(state, entry)
-                yield dataclasses.replace(state, behind=entry.pending or 0)
-        finally:
-            await follower.aclose()
+    async def follow(self, state: BriefState, on_state: Callable[[BriefState], object]) -> NoReturn:
+        """Call `on_state` with the state after each new commit after `state.seq`, in log
+        order, until cancelled. `on_state` runs in a subscription's callback: it must not block.
+        """
+
+        def on_entry(entry: LogEntry) -> None:
+            nonlocal state
+            state = self.apply_entry(state, entry)
+            on_state(dataclasses.replace(state, behind=entry.pending) if entry.pending else state)
+
+        await self.txlog.tail(subject(state.domain, Verb.TX), state.seq, on_entry)
 
     async def append(self, state: BriefState, commits: Sequence[Commit], *, sender: str) -> int:
         """Append `commits` as one entry if the log is still at `state.seq`.

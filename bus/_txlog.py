@@ -18,26 +18,28 @@ Two NATS behaviours shape this module (measured on nats-server 2.15.1, nats-py 2
   it filters by stream sequence, and when nothing arrives for a while it asks the
   stream whether it is behind and re-subscribes from the next sequence if so.
 
-The stream also republishes every entry it stores on a core subject (`live`), with the
-sequence of the entry before it on the same subject. That is the fastest way to hear
-of a new entry (it leaves the server before the publisher's ack), and the previous
-sequence tells a reader whether it missed one; `tail` reads the log itself only then.
+The stream also republishes every entry it stores on a core subject (`live_subject`),
+with the sequence of the entry before it on the same subject. That is the fastest way
+to hear of a new entry (it leaves the server before the publisher's ack), and the
+previous sequence tells a reader whether it missed one; `tail` reads the log itself
+only then. `tail` hands entries over in the subscription's callback rather than through
+a queue: on a busy machine every extra trip through the event loop shows in how soon
+the last of many agents has applied a commit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
-from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Final
+from typing import Final, NoReturn
 
 import anyio
 import nats.errors
 import nats.js.errors
-from anyio.streams.memory import MemoryObjectReceiveStream
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -88,9 +90,6 @@ class TxLogConfig:
     idle_heartbeat: float = 1.0
     """Heartbeat of `follow`'s consumer: how fast a dead subscription is noticed; `tail`
     checks the log after three of these without news."""
-    live_buffer: int = 10_000
-    """Entries `live` holds for a slow reader; beyond that it drops them (`tail` reads
-    them back from the log)."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +107,7 @@ class LogEntry:
     """Entries after this one that `follow` has not delivered yet (None outside `follow`)."""
     prev_seq: int | None = field(default=None, compare=False)
     """Sequence of the entry before this one on the same subject, 0 for the first
-    (known for entries from `live`; None otherwise)."""
+    (known for entries heard live by `tail`; None otherwise)."""
 
 
 class TxLog:
@@ -264,73 +263,44 @@ class TxLog:
                     await _unsubscribe(sub)
             log.info("re-subscribing to %s from sequence %d", subject_filter, next_seq)
 
-    @asynccontextmanager
-    async def live(self, subject_filter: str) -> AsyncIterator[MemoryObjectReceiveStream[LogEntry]]:
-        """Entries matching `subject_filter` as they are stored, from the moment this is entered.
-
-        At most once and with no replay: what is stored while the connection is down,
-        or while the reader is `live_buffer` entries behind, is dropped. Each entry
-        carries `prev_seq`, so a reader that remembers the last sequence it holds of a
-        subject can tell when it missed one (`tail` does, and reads the log then).
-        """
-        send, receive = anyio.create_memory_object_stream[LogEntry](self.config.live_buffer)
-
-        async def on_msg(msg: Msg) -> None:
-            entry = _live_entry(msg)
-            if entry is None:
-                log.warning("ignoring a message on %s without the stream's republish headers", msg.subject)
-                return
-            try:
-                send.send_nowait(entry)
-            except anyio.WouldBlock:
-                log.debug("live reader of %s is behind; dropped entry %d", subject_filter, entry.seq)
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-                pass  # the reader has left; the subscription is on its way out
-
-        with send, receive:
-            sub = await self._client.subscribe(live_subject(self.config.stream, subject_filter), cb=on_msg)
-            try:
-                try:
-                    await self._client.flush()  # subscribed on the server before the caller reads the log
-                except TRANSIENT as exc:  # the subscription is sent again on reconnect
-                    log.debug("live subscription to %s not confirmed yet (%r)", subject_filter, exc)
-                yield receive
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await _unsubscribe(sub)
-
-    async def tail(self, subject: str, after_seq: int = 0) -> AsyncGenerator[LogEntry, None]:
-        """Yield every entry of one `subject` after `after_seq`, in order, exactly once, forever.
+    async def tail(self, subject: str, after_seq: int, on_entry: Callable[[LogEntry], object]) -> NoReturn:
+        """Call `on_entry` with every entry of one `subject` after `after_seq`, in order,
+        exactly once, until cancelled.
 
         `after_seq` is the sequence of an entry of `subject` (or 0): the last one the
-        caller holds. New entries come from `live`; the log itself is read only to
-        catch up at the start, after a missed entry, and when a quiet spell may hide one.
+        caller holds. New entries come from the stream's republished copies and reach
+        `on_entry` inside the subscription's callback, with no further trip through the
+        event loop; the log itself is read only to catch up at the start, after a missed
+        entry, and when a quiet spell may hide one. `on_entry` must not block; if it
+        raises, the tail ends with its exception.
         """
-        have = after_seq
+        feed = _LiveFeed(subject, after_seq, on_entry)
         stall = self.config.idle_heartbeat * 3
-        async with self.live(subject) as entries:
-            behind = True  # subscribed first, so nothing stored from now on is missed
+        sub = await self._client.subscribe(live_subject(self.config.stream, subject), cb=feed.on_msg)
+        try:
+            try:
+                await self._client.flush()  # subscribed on the server before the log is read
+            except TRANSIENT as exc:  # the subscription is sent again on reconnect
+                log.debug("live subscription to %s not confirmed yet (%r)", subject, exc)
             direct_limit = 0  # a join may be far behind: stream it, and learn how far
             while True:
-                if behind:
-                    async for entry in self._read_retrying(subject, have + 1, direct_limit):
-                        yield entry
-                        have = entry.seq
-                received: LogEntry | None = None
-                with anyio.move_on_after(stall):
-                    received = await entries.receive()
-                if received is None:
-                    behind = await self._moved_past(subject, have)  # a quiet spell: idle, or cut off?
-                elif received.seq <= have:
-                    behind = False  # read already
-                elif received.prev_seq == have:
-                    behind = False
-                    yield received
-                    have = received.seq
-                else:
-                    log.debug("missed entries of %s after %d; reading them", subject, have)
-                    behind = True
+                if feed.behind:
+                    feed.behind = False
+                    async with contextlib.aclosing(self._read_retrying(subject, feed.have + 1, direct_limit)) as read:
+                        async for entry in read:
+                            feed.deliver(entry)
                 direct_limit = _DIRECT_READ_LIMIT
+                heard = feed.heard
+                with anyio.move_on_after(stall):
+                    await feed.news.wait()
+                feed.raise_failure()
+                if feed.news.is_set():
+                    feed.news = anyio.Event()  # a gap: `behind` is set
+                elif feed.heard == heard:  # a quiet spell: idle, or cut off?
+                    feed.behind = await self._moved_past(subject, feed.have)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await _unsubscribe(sub)
 
     async def purge(self, subject: str) -> None:
         """Remove every entry of `subject` (used when a domain is closed for good)."""
@@ -412,6 +382,54 @@ class TxLog:
             payload=raw.data or b"",
             msg_id=(raw.headers or {}).get(MSG_ID),
         )
+
+
+class _LiveFeed:
+    """`tail`'s state, shared by the live callback and the loop that reads the log."""
+
+    def __init__(self, subject: str, after_seq: int, on_entry: Callable[[LogEntry], object]) -> None:
+        self.subject = subject
+        self.have = after_seq
+        """Sequence of the last entry handed to `on_entry`."""
+        self.behind = True
+        """Whether the log may hold entries after `have` that live did not bring."""
+        self.heard = 0
+        """Live entries received so far: unchanged over a quiet spell."""
+        self.news = anyio.Event()
+        """Set when the loop must act now: a gap, or a failure of `on_entry`."""
+        self._on_entry = on_entry
+        self._failure: Exception | None = None
+
+    def deliver(self, entry: LogEntry) -> None:
+        """Hand `entry` on unless it is held already; it must follow `have` on the subject."""
+        if entry.seq > self.have and self._failure is None:
+            try:
+                self._on_entry(entry)
+            except Exception as exc:  # raised in the loop, not lost in nats-py's callback
+                self._failure = exc
+                self.news.set()
+                raise
+            self.have = entry.seq
+
+    async def on_msg(self, msg: Msg) -> None:
+        entry = _live_entry(msg)
+        if entry is None:
+            log.warning("ignoring a message on %s without the stream's republish headers", msg.subject)
+            return
+        self.heard += 1
+        if entry.seq <= self.have:
+            return  # read already
+        if entry.prev_seq != self.have:
+            log.debug("missed entries of %s after %d; reading them", self.subject, self.have)
+            self.behind = True
+            self.news.set()
+            return
+        with contextlib.suppress(Exception):  # kept for `raise_failure`
+            self.deliver(entry)
+
+    def raise_failure(self) -> None:
+        if self._failure is not None:
+            raise self._failure
 
 
 def _live_entry(msg: Msg) -> LogEntry | None:

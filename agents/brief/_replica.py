@@ -85,14 +85,7 @@ class BriefReplica:
             log.info("resumed %s: revision %d -> %d", self.domain, before, self.revision)
         self._notify()
         task_status.started()
-        follower = self._log.follow(self._state)
-        try:
-            async for state in follower:
-                self._state = state
-                self._notify()
-        finally:
-            with anyio.CancelScope(shield=True):
-                await follower.aclose()
+        await self._log.follow(self._state, self._advance)
 
     async def wait_for(self, revision: int, *, timeout: float | None = None) -> BriefState:
         """Wait until the replica reaches `revision`; returns the state then.
@@ -103,6 +96,10 @@ class BriefReplica:
             while self._state is None or self._state.brief.revision < revision:
                 await self._changed.wait()
         return self._state
+
+    def _advance(self, state: BriefState) -> None:
+        self._state = state
+        self._notify()
 
     def _notify(self) -> None:
         self._changed.set()

@@ -196,14 +196,19 @@ async def test_follow_reports_how_far_behind_it_is(running: tuple[NatsClient, Ta
     agent = Proposer(client, domain, agent_id="a")
     for i in range(30):
         await agent.propose(AddPending(text=f"item {i}"))
-    log = BriefLog(client)
-    follower = log.follow(BriefState(TaskBrief(domain=domain), 0))
     seen = []
-    async for state in follower:
+    caught_up = anyio.Event()
+
+    def on_state(state: BriefState) -> None:
         seen.append((state.brief.revision, state.behind))
         if state.behind == 0:
-            break
-    await follower.aclose()
+            caught_up.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(BriefLog(client).follow, BriefState(TaskBrief(domain=domain), 0), on_state)
+        with anyio.fail_after(10):
+            await caught_up.wait()
+        tg.cancel_scope.cancel()
     assert seen[0] == (1, 29)
     assert seen[-1] == (30, 0)
 

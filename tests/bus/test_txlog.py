@@ -8,8 +8,10 @@ from collections.abc import Callable
 import anyio
 import pytest
 from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import api
 
-from bus import BusConfig, CasConflict, EmbeddedServer, LogEntry, TxLog, TxLogConfig, connect
+from bus import BusConfig, CasConflict, EmbeddedServer, LogEntry, TxLog, TxLogConfig, connect, live_subject
 
 
 def _subject() -> str:
@@ -100,48 +102,119 @@ async def test_follow_sees_domains_it_filters_only(txlog: TxLog) -> None:
     assert got == [b"m0", b"m1"]
 
 
-async def test_tail_yields_each_entry_once_in_order(txlog: TxLog) -> None:
+class _Collected:
+    """What a tail hands over, and a way to wait for more."""
+
+    def __init__(self) -> None:
+        self.entries: list[LogEntry] = []
+        self._grew = anyio.Event()
+
+    def __call__(self, entry: LogEntry) -> None:
+        self.entries.append(entry)
+        self._grew.set()
+        self._grew = anyio.Event()
+
+    @property
+    def payloads(self) -> list[bytes]:
+        return [e.payload for e in self.entries]
+
+    async def wait_for(self, count: int) -> None:
+        with anyio.fail_after(10):
+            while len(self.entries) < count:
+                await self._grew.wait()
+
+
+async def test_tail_hands_over_each_entry_once_in_order(txlog: TxLog) -> None:
     subject, other = _subject(), _subject()
     before = [await txlog.append(subject, f"b{i}".encode(), uuid.uuid4().hex) for i in range(3)]
-    got: list[LogEntry] = []
-    with anyio.fail_after(10):
-        tail = txlog.tail(subject, before[0])
-        got.append(await anext(tail))  # read back: stored before the tail began
-        got.append(await anext(tail))
+    got = _Collected()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(txlog.tail, subject, before[0], got)
+        await got.wait_for(2)  # read back: stored before the tail began
         for i in range(3):
             await txlog.append(other, b"not mine", uuid.uuid4().hex)
             await txlog.append(subject, f"a{i}".encode(), uuid.uuid4().hex)
-        got.extend([await anext(tail) for _ in range(3)])  # heard live
-        await tail.aclose()
-    assert [e.payload for e in got] == [b"b1", b"b2", b"a0", b"a1", b"a2"]
-    assert [e.prev_seq for e in got[2:]] == [got[1].seq, got[2].seq, got[3].seq]
+        await got.wait_for(5)  # heard live
+        await anyio.sleep(0.2)  # room for a repeat to show up
+        tg.cancel_scope.cancel()
+    assert got.payloads == [b"b1", b"b2", b"a0", b"a1", b"a2"]
+    assert [e.prev_seq for e in got.entries[2:]] == [e.seq for e in got.entries[1:4]]
 
 
-async def test_tail_reads_back_what_it_did_not_hear(nats_client: Client) -> None:
-    """A reader too slow for the live feed loses entries there; tail reads them from the log,
-    whether a later entry shows the gap or a quiet spell hides it."""
-    txlog = TxLog(nats_client, TxLogConfig(live_buffer=1, idle_heartbeat=0.1))
+async def test_tail_ends_with_the_error_of_its_callback(nats_client: Client) -> None:
+    txlog = TxLog(nats_client, TxLogConfig(idle_heartbeat=60))  # no quiet spell in time
+    await txlog.ensure()
     subject = _subject()
+    await txlog.append(subject, b"read back", uuid.uuid4().hex)
+    got = _Collected()
 
-    async def append(name: str) -> None:
-        await txlog.append(subject, name.encode(), uuid.uuid4().hex)
+    def take_one(entry: LogEntry) -> None:
+        if got.entries:
+            raise ValueError(f"refused {entry.payload!r}")
+        got(entry)
 
-    await append("e0")
-    with anyio.fail_after(10):
-        tail = txlog.tail(subject)
-        assert (await anext(tail)).payload == b"e0"  # the tail is following now
-        for i in range(1, 5):  # while the reader is busy: e1 is buffered, e2..e4 dropped
-            await append(f"e{i}")
-        assert (await anext(tail)).payload == b"e1"
-        next_entry = anext(tail)
-        await append("e5")  # heard live, after e4: the gap shows, e2..e5 are read back
-        got = [(await next_entry).payload] + [(await anext(tail)).payload for _ in range(3)]
-        assert got == [b"e2", b"e3", b"e4", b"e5"]
-        for i in range(6, 9):  # e6 buffered, e7 and e8 dropped, and nothing comes after them
-            await append(f"e{i}")
-        got = [(await anext(tail)).payload for _ in range(3)]  # the quiet spell gives them away
-        assert got == [b"e6", b"e7", b"e8"]
-        await tail.aclose()
+    with pytest.raises(ExceptionGroup) as caught, anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(txlog.tail, subject, 0, take_one)
+            await got.wait_for(1)
+            await txlog.append(subject, b"heard live", uuid.uuid4().hex)
+            await anyio.sleep_forever()  # the tail's error cancels this
+    assert caught.group_contains(ValueError, match="heard live")
+
+
+async def _lossy_log(client: Client, idle_heartbeat: float) -> tuple[TxLog, str, set[bytes]]:
+    """A log whose live copies reach tails through a relay that drops the payloads in the
+    set it returns: a missed live entry, made to order (in life: a disconnect, or a
+    reader too slow for its subscription's pending limit)."""
+    stream = f"LOSSY_{uuid.uuid4().hex[:8]}"
+    config = TxLogConfig(stream=stream, subjects=(f"{stream}.>",), idle_heartbeat=idle_heartbeat)
+    relay_root = f"relay.{stream}"
+    await client.jetstream().add_stream(
+        api.StreamConfig(
+            name=stream,
+            subjects=list(config.subjects),
+            allow_direct=True,
+            republish=api.RePublish(src=">", dest=f"{relay_root}.>"),
+        )
+    )
+    dropped: set[bytes] = set()
+
+    async def relay(msg: Msg) -> None:
+        if msg.data not in dropped:
+            to = live_subject(stream, msg.subject.removeprefix(f"{relay_root}."))
+            await client.publish(to, msg.data, headers=msg.headers)
+
+    await client.subscribe(f"{relay_root}.>", cb=relay)
+    return TxLog(client, config), f"{stream}.tx", dropped  # no ensure(): it would republish directly
+
+
+async def test_tail_reads_back_what_a_later_entry_shows_it_missed(nats_client: Client) -> None:
+    txlog, subject, dropped = await _lossy_log(nats_client, idle_heartbeat=60)  # no quiet spell in time
+    dropped.update({b"e1", b"e2"})
+    got = _Collected()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(txlog.tail, subject, 0, got)
+        await txlog.append(subject, b"e0", uuid.uuid4().hex)
+        await got.wait_for(1)
+        for name in (b"e1", b"e2", b"e3"):
+            await txlog.append(subject, name, uuid.uuid4().hex)
+        await got.wait_for(4)  # e3 follows e2, which the tail does not hold: it reads e1..e3
+        tg.cancel_scope.cancel()
+    assert got.payloads == [b"e0", b"e1", b"e2", b"e3"]
+
+
+async def test_tail_reads_back_what_a_quiet_spell_hides(nats_client: Client) -> None:
+    txlog, subject, dropped = await _lossy_log(nats_client, idle_heartbeat=0.1)
+    dropped.add(b"e1")
+    got = _Collected()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(txlog.tail, subject, 0, got)
+        await txlog.append(subject, b"e0", uuid.uuid4().hex)
+        await got.wait_for(1)
+        await txlog.append(subject, b"e1", uuid.uuid4().hex)  # lost, and nothing comes after it
+        await got.wait_for(2)
+        tg.cancel_scope.cancel()
+    assert got.payloads == [b"e0", b"e1"]
 
 
 async def test_appends_and_follow_survive_a_server_crash(
@@ -164,13 +237,9 @@ async def test_appends_and_follow_survive_a_server_crash(
         async for entry in follow_log.follow("ctx.*.*.*.tx"):
             followed.append(entry)
 
-    async def tail() -> None:
-        async for entry in follow_log.tail(subject):
-            tailed.append(entry)
-
     async with anyio.create_task_group() as tg:
         tg.start_soon(follow)
-        tg.start_soon(tail)
+        tg.start_soon(follow_log.tail, subject, 0, tailed.append)
         for i in range(total):
             if i == total // 2:
                 server.kill()
