@@ -253,23 +253,23 @@ class TaskBrief(BriefModel):
         """The first item of `field` whose normalized text is `norm`, if any.
 
         Every proposal asks this, so each list is indexed on first use, and `model_copy`
-        carries the index forward (extended, not rebuilt, when an item was appended).
+        passes the index on (extended in place when an item was appended).
         """
-        indexes: dict[str, dict[str, Item]] = self.__dict__.setdefault(_NORM_INDEX, {})
+        items: tuple[Item, ...] = getattr(self, field)
+        indexes: dict[str, _NormIndex] = self.__dict__.setdefault(_NORM_INDEX, {})
         index = indexes.get(field)
         if index is None:
-            index = indexes[field] = _by_norm(getattr(self, field))
-        return index.get(norm)
+            index = indexes[field] = _NormIndex(items)
+        return index.find(items, norm)
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
         copied = super().model_copy(update=update, deep=deep)
-        indexes: dict[str, dict[str, Item]] | None = copied.__dict__.pop(_NORM_INDEX, None)
+        indexes: dict[str, _NormIndex] | None = copied.__dict__.pop(_NORM_INDEX, None)
         if indexes and not deep:
             carried = {}
             for field, index in indexes.items():
-                kept = _carry(getattr(self, field), getattr(copied, field), index)
-                if kept is not None:
-                    carried[field] = kept
+                if index.take_over(getattr(self, field), getattr(copied, field)):
+                    carried[field] = index
             copied.__dict__[_NORM_INDEX] = carried
         return copied
 
@@ -280,23 +280,42 @@ class TaskBrief(BriefModel):
         ).encode()
 
 
-def _by_norm(items: tuple[Item, ...]) -> dict[str, Item]:
-    index: dict[str, Item] = {}
-    for item in items:
-        index.setdefault(item.norm, item)
-    return index
+class _NormIndex:
+    """Where each normalized text first occurs in a list of items, shared by every brief
+    whose list is a prefix of that list.
 
+    Nearly every commit appends one item to one list; copying the index for each new
+    brief would cost as much as the rest of the commit once the list is long. So the
+    newest brief extends the index in place and takes it over, and an older brief reads
+    it only up to its own length.
+    """
 
-def _carry(before: tuple[Item, ...], after: tuple[Item, ...], index: dict[str, Item]) -> dict[str, Item] | None:
-    """`index` of `before`, made to index `after`; None (re-index on use) unless `after` is
-    `before` or `before` plus one item, the changes every proposal makes."""
-    if after is before:
-        return index
-    if len(after) == len(before) + 1 and after[:-1] == before:  # identical items compare by identity
-        extended = dict(index)
-        extended.setdefault(after[-1].norm, after[-1])
-        return extended
-    return None
+    __slots__ = ("_items", "_first")
+
+    def __init__(self, items: tuple[Item, ...]) -> None:
+        self._items = items
+        self._first: dict[str, int] = {}
+        for position, item in enumerate(items):
+            self._first.setdefault(item.norm, position)
+
+    def find(self, items: tuple[Item, ...], norm: str) -> Item | None:
+        """The first item of `items` (a prefix of the indexed list) with `norm`."""
+        position = self._first.get(norm)
+        return items[position] if position is not None and position < len(items) else None
+
+    def take_over(self, before: tuple[Item, ...], after: tuple[Item, ...]) -> bool:
+        """Whether the index serves a copy whose list went from `before` to `after`.
+
+        Yes if nothing changed, or if one item was appended to the newest list indexed
+        (the index is extended for it); no otherwise (the copy indexes on first use).
+        """
+        if after is before:
+            return True
+        if before is self._items and len(after) == len(before) + 1 and after[:-1] == before:
+            self._first.setdefault(after[-1].norm, len(before))
+            self._items = after
+            return True
+        return False
 
 
 def brief_hash(brief: TaskBrief) -> str:

@@ -451,3 +451,22 @@ def test_each_author_remembers_a_bounded_number_of_keys() -> None:
     brief = accept(brief, AddNote(text="one more"))
     assert applied_revision(brief, "agent-a", "k-first") is None
     assert len(brief.applied_keys["agent-a"]) == KEYS_PER_AUTHOR
+
+
+def test_copies_built_on_one_brief_judge_duplicates_by_their_own_items() -> None:
+    """A coordinator that lost a race builds again on a brief that another copy was built
+    on. The duplicate index those copies share must not carry one's items into the other."""
+
+    def says(brief: TaskBrief, text: str) -> bool:
+        _, reply = submit(brief, AddNote(text=text))
+        return isinstance(reply, Rejection) and reply.code is RejectionCode.DUPLICATE
+
+    base = accept(seeded(), AddNote(text="shared"))
+    assert says(base, "shared")  # indexed now, so the copies below start from this index
+    mine = accept(base, AddNote(text="mine"))
+    theirs = accept(base, AddNote(text="theirs"))
+    after_mine = accept(mine, AddNote(text="mine again"))
+    assert [says(mine, t) for t in ("shared", "mine", "theirs", "mine again")] == [True, True, False, False]
+    assert [says(theirs, t) for t in ("shared", "mine", "theirs", "mine again")] == [True, False, True, False]
+    assert [says(base, t) for t in ("shared", "mine", "theirs", "mine again")] == [True, False, False, False]
+    assert [says(after_mine, t) for t in ("shared", "mine", "theirs", "mine again")] == [True, True, False, True]
