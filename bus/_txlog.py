@@ -296,8 +296,9 @@ class TxLog:
                 feed.raise_failure()
                 if feed.news.is_set():
                     feed.news = anyio.Event()  # a gap: `behind` is set
-                elif feed.heard == heard:  # a quiet spell: idle, or cut off?
-                    feed.behind = await self._moved_past(subject, feed.have)
+                elif feed.heard == heard and await self._moved_past(subject, feed.have):
+                    feed.behind = True  # the quiet spell hid an entry (only ever set here: a
+                    # gap heard while asking must not be undone by an answer from before it)
         finally:
             with anyio.CancelScope(shield=True):
                 await _unsubscribe(sub)
