@@ -12,7 +12,7 @@ from bus._connection import DEFAULT_CONNECT_DEADLINE, BusConfig, TlsConfig, conn
 from bus._errors import BusError, BusUnavailable, CasConflict, LeaseHeld, ServerError
 from bus._kv import Bucket, BucketConfig, KvEntry
 from bus._leases import Lease, LeaseConfig, Leases
-from bus._rpc import Handler, Request, publish, request, serve
+from bus._rpc import Handler, Listener, Request, listen, publish, request, serve
 from bus._server import DEFAULT_SYNC_INTERVAL, EmbeddedServer, find_nats_server, free_port
 from bus._subjects import (
     BRIEF_BUCKET,
@@ -51,6 +51,7 @@ __all__ = [
     "LeaseConfig",
     "LeaseHeld",
     "Leases",
+    "Listener",
     "LogEntry",
     "LoopbackCluster",
     "NatsClient",
@@ -72,9 +73,10 @@ __all__ = [
     "find_nats_server",
     "free_port",
     "kv_key",
+    "listen",
+    "live_subject",
     "publish",
     "request",
-    "live_subject",
     "routed",
     "serve",
     "subject",

@@ -18,7 +18,7 @@ from nats.aio.msg import Msg
 
 from bus._errors import BusError, BusUnavailable
 
-__all__ = ["Request", "Handler", "serve", "request", "publish"]
+__all__ = ["Request", "Handler", "Listener", "listen", "serve", "request", "publish"]
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,45 @@ class Request:
 
 Handler = Callable[[Request], Awaitable[bytes | None]]
 """Handles one request; returns the reply payload, or None to send no reply."""
+
+Listener = Callable[[Request], Awaitable[None]]
+"""Takes one message in turn, inside the subscription: it must not wait on anything slow."""
+
+
+async def listen(
+    client: Client,
+    subject: str,
+    listener: Listener,
+    *,
+    queue: str | None = None,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Call `listener` for every message on `subject`, one at a time, until cancelled.
+
+    The listener runs inside the subscription's own task, with no task per message:
+    the cheapest way to take messages in, for a listener that hands anything slow to
+    tasks of its own. One that raises is logged, and listening goes on. With `queue`,
+    each message goes to one member of the queue group.
+    """
+
+    async def on_msg(msg: Msg) -> None:
+        try:
+            await listener(Request(msg.subject, msg.data, msg.reply or None))
+        except Exception:  # one bad message must not stop the listener
+            log.exception("listener for %s failed", msg.subject)
+
+    # A callback, not `sub.messages`: nats-py's iterator costs a task per message.
+    sub = await client.subscribe(subject, queue=queue or "", cb=on_msg, pending_msgs_limit=65536)
+    try:
+        await client.flush()  # the server knows the subscription before we report ready
+        task_status.started()
+        await anyio.sleep_forever()
+    finally:
+        with anyio.CancelScope(shield=True):
+            try:
+                await sub.unsubscribe()
+            except nats.errors.Error:
+                pass  # connection already closed
 
 
 async def serve(
@@ -53,7 +92,7 @@ async def serve(
     """
     limiter = anyio.CapacityLimiter(max_in_flight)
 
-    async def handle(msg: Msg) -> None:
+    async def handle(request: Request) -> None:
         # `acquire()` always yields to the event loop, even when the limiter is free, and
         # every trip through the loop costs an epoll call: take it at once when we can.
         try:
@@ -61,32 +100,20 @@ async def serve(
         except anyio.WouldBlock:
             await limiter.acquire()
         try:
-            request = Request(msg.subject, msg.data, msg.reply or None)
             answer = await handler(request)
             if answer is not None and request.reply:
                 await client.publish(request.reply, answer)
         except Exception:  # one bad request must not stop the service
-            log.exception("handler for %s failed", msg.subject)
+            log.exception("handler for %s failed", request.subject)
         finally:
             limiter.release()
 
     async with anyio.create_task_group() as tg:
 
-        async def dispatch(msg: Msg) -> None:
-            tg.start_soon(handle, msg)
+        async def dispatch(request: Request) -> None:
+            tg.start_soon(handle, request)
 
-        # A callback, not `sub.messages`: nats-py's iterator costs a task per message.
-        sub = await client.subscribe(subject, queue=queue or "", cb=dispatch, pending_msgs_limit=65536)
-        try:
-            await client.flush()  # the server knows the subscription before we report ready
-            task_status.started()
-            await anyio.sleep_forever()
-        finally:
-            with anyio.CancelScope(shield=True):
-                try:
-                    await sub.unsubscribe()
-                except nats.errors.Error:
-                    pass  # connection already closed
+        await listen(client, subject, dispatch, queue=queue, task_status=task_status)
 
 
 async def request(client: Client, subject: str, data: bytes, *, timeout: float) -> bytes:
