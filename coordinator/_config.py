@@ -20,7 +20,7 @@ DEFAULT_CLOSE_GRACE: Final = 300.0
 """Seconds a closed domain's log stays readable before it is purged."""
 
 DEFAULT_MAX_IN_FLIGHT: Final = 256
-"""Proposals handled at once across all domains."""
+"""Proposals a coordinator holds at once, across all domains; more are answered `busy`."""
 
 DEFAULT_FORWARD_TIMEOUT: Final = 1.0
 """Seconds to wait for a domain's owner before committing a proposal here instead;

@@ -14,6 +14,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass, field
+from functools import partial
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -30,6 +31,8 @@ from bus import (
     Request,
     Verb,
     all_domains,
+    listen,
+    publish,
     routed,
     serve,
     subject,
@@ -49,6 +52,7 @@ from schemas import (
     Rejection,
     RejectionCode,
     Reply,
+    TaskBrief,
     WireError,
     apply,
     apply_accepted,
@@ -72,15 +76,12 @@ _BACKOFF_STEP = 0.002
 
 
 @dataclass
-class _Waiter:
-    """A proposal waiting for its domain's next batch, and the answer it got."""
+class _Pending:
+    """A proposal waiting for its domain's next batch, and where its answer goes."""
 
     proposal: Proposal
+    reply_to: str | None
     reply: Reply | None = None
-    failure: BaseException | None = None
-    """Why the batch that carried it could not be committed, if it could not."""
-    woken: anyio.Event = field(default_factory=anyio.Event)
-    """Set when it has its answer (or failure), or when it is its turn to commit."""
 
 
 @dataclass
@@ -88,9 +89,11 @@ class _Domain:
     """One domain's cached state, and its queue of proposals waiting to be committed."""
 
     state: BriefState
-    queue: list[_Waiter] = field(default_factory=list)
+    loaded: bool = False
+    """Whether `state` was loaded from the log (until then it is an empty brief)."""
+    queue: list[_Pending] = field(default_factory=list)
     committing: bool = False
-    """Whether a batch of this domain is being committed; then new proposals queue."""
+    """Whether the domain's committer task is running; it takes whatever is queued."""
     last_batch: int = 0
     """Proposals in the last batch: more than one means the domain is busy."""
     since_snapshot: int = 0
@@ -109,7 +112,8 @@ class Coordinator:
         self._client = client
         self._log = BriefLog(client)
         self._domains: dict[Domain, _Domain] = {}
-        self._loading = anyio.Lock()
+        self._held = 0
+        """Proposals taken in and not answered yet (queued, committing or forwarded)."""
         self._dead_letters = DeadLetters(client, sender=self.id, metrics=self.metrics)
         self._tg: TaskGroup | None = None
 
@@ -121,8 +125,8 @@ class Coordinator:
         await self._log.ensure()
         async with anyio.create_task_group() as tg:
             self._tg = tg
-            await tg.start(self._serve, all_domains(Verb.PROPOSE), self._on_proposal, PROPOSE_QUEUE)
-            await tg.start(self._serve, routed(all_domains(Verb.PROPOSE), self.id), self._on_proposal, None)
+            await tg.start(partial(listen, self._client, all_domains(Verb.PROPOSE), self._take, queue=PROPOSE_QUEUE))
+            await tg.start(partial(listen, self._client, routed(all_domains(Verb.PROPOSE), self.id), self._take))
             await tg.start(self._serve, STATUS_SUBJECT, self._on_status, None)
             await tg.start(self._serve, METRICS_SUBJECT, self._on_metrics, None)
             log.info("coordinator %s serving proposals", self.id)
@@ -142,35 +146,55 @@ class Coordinator:
 
     # -- proposals -----------------------------------------------------------------------
 
-    async def _on_proposal(self, request: Request) -> bytes | None:
+    async def _take(self, request: Request) -> None:
+        """Take one proposal in: answer it at once if it can be, else queue it.
+
+        Runs inside the subscription, one message at a time, so nothing here waits on the
+        log: the domain's committer task does that for everything queued. A proposal
+        therefore costs no task of its own, which under load is a good part of the
+        coordinator's CPU.
+        """
         domain = _domain_of(request.subject)
         if domain is None:
             await self._dead_letters.send(request, None, "bad_subject", f"{request.subject!r} names no valid domain")
-            return None
+            return
         cached = self._domains.get(domain)
+        if self._held >= self.config.max_in_flight:
+            busy = f"coordinator {self.id} holds {self._held} proposals already; retry"
+            await self._reply(request.reply, domain, Rejection(code=RejectionCode.BUSY, reason=busy))
+            return
         if cached is not None and cached.owner is not None:
-            forwarded = await self._forward(request, cached)
-            if forwarded is not None:
-                return forwarded
+            self._held += 1
+            self._task_group.start_soon(self._forward, request, cached)
+            return
         try:
             envelope = Envelope.decode(request.data, max_size=self._client.max_payload or 1024 * 1024)
         except WireError as exc:
             await self._dead_letters.send(request, domain, type(exc).__name__, str(exc))
-            return self._answer(domain, Rejection(code=RejectionCode.INVALID_OP, reason=str(exc)))
+            await self._reply(request.reply, domain, Rejection(code=RejectionCode.INVALID_OP, reason=str(exc)))
+            return
         if envelope.domain != domain:
             rejection = Rejection(
                 code=RejectionCode.WRONG_DOMAIN,
                 reason=f"the envelope is for domain {envelope.domain} but was sent on {request.subject}",
             )
-            return self._answer(domain, rejection)
+            await self._reply(request.reply, domain, rejection)
+            return
         parsed = parse_proposal(envelope.body)
         if isinstance(parsed, Rejection):
-            return self._answer(domain, parsed)
-        reply = await self._commit(parsed)
-        return self._answer(domain, reply)
+            await self._reply(request.reply, domain, parsed)
+            return
+        if cached is None:
+            cached = self._domains[domain] = _Domain(BriefState(TaskBrief(domain=domain), 0))
+        self._held += 1
+        cached.queue.append(_Pending(parsed, request.reply))
+        if not cached.committing:
+            cached.committing = True
+            self._task_group.start_soon(self._commit_queued, cached)
 
-    async def _forward(self, request: Request, cached: _Domain) -> bytes | None:
-        """The owner's answer to a proposal passed on to it; None if it did not answer.
+    async def _forward(self, request: Request, cached: _Domain) -> None:
+        """Pass a proposal to the domain's owner and relay its answer; commit it here if
+        the owner does not answer.
 
         Two coordinators taking turns on one domain would lose every other append to each
         other; passing proposals to the one that won keeps a domain's commits in one
@@ -185,77 +209,73 @@ class Coordinator:
         except BusUnavailable as exc:
             log.info("%s: owner %s did not answer (%s); committing here", cached.state.domain, owner, exc)
             cached.owner = None
-            return None
+            self._held -= 1
+            await self._take(request)
+            return
+        self._held -= 1
         self.metrics.forwarded += 1
-        return answer
+        if request.reply:
+            await self._send(request.reply, answer)
 
-    async def _commit(self, proposal: Proposal) -> Reply:
-        """Commit `proposal`, in one batch with every other proposal waiting on its domain.
+    async def _commit_queued(self, cached: _Domain) -> None:
+        """The domain's committer: commit what is queued, batch by batch, until nothing is.
 
-        Group commit: while one batch of a domain is being appended, new proposals queue;
-        then the proposal at the head of the queue takes every queued one and appends them
-        as one log entry, so a burst costs one compare-and-set round trip, not one per
-        proposal. Everyone in a batch is woken at once when it is done, so their replies
-        leave in one write.
+        Group commit: proposals that arrive while a batch is being appended wait in the
+        queue, and the next batch takes them all, so a burst costs one compare-and-set
+        round trip, not one per proposal; the whole batch is answered at once. A batch
+        that cannot be committed gets no answer: its proposers retry with the same keys.
         """
-        cached = await self._cached(proposal.domain)
-        waiter = _Waiter(proposal)
-        cached.queue.append(waiter)
-        if cached.committing:
-            try:
-                await waiter.woken.wait()
-            except BaseException:  # cancelled in the queue: do not leave the queue stuck
-                _leave(cached, waiter)
-                raise
-        if waiter.reply is None and waiter.failure is None:  # our turn: we are the queue's head
-            cached.committing = True
-            batch: list[_Waiter] = []
-            try:
+        try:
+            while cached.queue:
                 if cached.last_batch > 1 and self.config.batch_linger > 0:
                     # Under load, those just answered are about to propose again: let them in.
                     await anyio.sleep(self.config.batch_linger)
                 batch = cached.queue[: self.config.max_batch]
                 del cached.queue[: len(batch)]
                 cached.last_batch = len(batch)
-                await self._commit_batch(cached, batch)
-            except BaseException as exc:
-                for other in batch:
-                    other.failure = exc
-                if not batch:  # cancelled while lingering
-                    cached.queue.remove(waiter)
-                raise
-            finally:
-                for other in batch:
-                    other.woken.set()
-                if cached.queue:
-                    cached.queue[0].woken.set()  # the next batch is the next head's to commit
+                try:
+                    if not cached.loaded:
+                        cached.state = await self._log.load(cached.state.domain)
+                        cached.loaded = True
+                        log.info("loaded %s at revision %d", cached.state.domain, cached.state.brief.revision)
+                    await self._commit_batch(cached, batch)
+                except Exception as exc:  # the bus, or a bug: the next batch may fare better
+                    self.metrics.error(f"{cached.state.domain}: a batch of {len(batch)} failed: {exc!r}")
+                    log.warning(
+                        "%s: a batch of %d proposals failed (%r); they get no answer",
+                        cached.state.domain,
+                        len(batch),
+                        exc,
+                    )
                 else:
-                    cached.committing = False
-        if waiter.failure is not None:
-            raise BusError(f"the batch carrying proposal {proposal.key} failed: {waiter.failure!r}")
-        assert waiter.reply is not None
-        return waiter.reply
+                    for pending in batch:
+                        assert pending.reply is not None
+                        await self._reply(pending.reply_to, cached.state.domain, pending.reply)
+                finally:
+                    self._held -= len(batch)
+        finally:
+            cached.committing = False
 
-    async def _commit_batch(self, cached: _Domain, batch: list[_Waiter]) -> None:
+    async def _commit_batch(self, cached: _Domain, batch: list[_Pending]) -> None:
         """Validate `batch` in order and append it; reload and redo on every CAS miss."""
         for attempt in range(1, self.config.cas_retries + 1):
             state = cached.state
             brief, commits = state.brief, []
-            for waiter in batch:
-                verdict = triage(brief, waiter.proposal)
+            for pending in batch:
+                verdict = triage(brief, pending.proposal)
                 if verdict is None:
                     commit = Commit.of(
-                        waiter.proposal, revision=brief.revision + 1, ts=time.time(), committed_by=self.id
+                        pending.proposal, revision=brief.revision + 1, ts=time.time(), committed_by=self.id
                     )
                     brief = apply_accepted(brief, commit)
                     commits.append(commit)
                     verdict = Committed(revision=commit.revision)
-                waiter.reply = verdict
+                pending.reply = verdict
             if not commits:
                 # A successful append proves the batch was judged on the latest brief;
                 # with nothing to append, a refusal needs that proof some other way, or a
                 # coordinator that missed another's commits would refuse valid proposals.
-                refused = any(isinstance(waiter.reply, Rejection) for waiter in batch)
+                refused = any(isinstance(pending.reply, Rejection) for pending in batch)
                 if refused and not await self._log.is_current(state):
                     cached.state = await self._log.catch_up(state)
                     continue
@@ -288,10 +308,10 @@ class Coordinator:
                 code=RejectionCode.BUSY,
                 reason=f"the log of {cached.state.domain} kept moving during {self.config.cas_retries} attempts; retry",
             )
-            for waiter in batch:
-                waiter.reply = busy
-        for waiter in batch:
-            if isinstance(waiter.reply, Committed) and waiter.reply.duplicate:
+            for pending in batch:
+                pending.reply = busy
+        for pending in batch:
+            if isinstance(pending.reply, Committed) and pending.reply.duplicate:
                 self.metrics.duplicates += 1
 
     def _learn_owner(self, cached: _Domain) -> None:
@@ -317,8 +337,7 @@ class Coordinator:
             await self._snapshot(cached.state)
         if cached.state.brief.is_closed and not cached.purge_scheduled:
             cached.purge_scheduled = True
-            assert self._tg is not None
-            self._tg.start_soon(self._purge_later, cached.state.domain)
+            self._task_group.start_soon(self._purge_later, cached.state.domain)
 
     async def _fold_if_over_budget(self, cached: _Domain) -> None:
         budget, count = self.config.brief_budget_tokens, self.config.count_tokens
@@ -359,22 +378,26 @@ class Coordinator:
         self._domains.pop(domain, None)
         log.info("closed domain %s purged after %.0fs", domain, self.config.close_grace)
 
-    async def _cached(self, domain: Domain) -> _Domain:
-        cached = self._domains.get(domain)
-        if cached is None:
-            async with self._loading:
-                cached = self._domains.get(domain)
-                if cached is None:
-                    cached = _Domain(await self._log.load(domain))
-                    self._domains[domain] = cached
-                    log.info("loaded %s at revision %d", domain, cached.state.brief.revision)
-        return cached
-
-    def _answer(self, domain: Domain, reply: Reply) -> bytes:
+    async def _reply(self, reply_to: str | None, domain: Domain, reply: Reply) -> None:
         if isinstance(reply, Rejection):
             self.metrics.rejected(reply.code)
-        envelope = Envelope(type=MessageType.REPLY, domain=domain, sender=self.id, body=reply.model_dump(mode="json"))
-        return envelope.encode()
+        if reply_to:
+            envelope = Envelope(
+                type=MessageType.REPLY, domain=domain, sender=self.id, body=reply.model_dump(mode="json")
+            )
+            await self._send(reply_to, envelope.encode())
+
+    async def _send(self, reply_to: str, data: bytes) -> None:
+        try:
+            await publish(self._client, reply_to, data)
+        except BusError as exc:  # the proposer asks again, with the same key
+            log.debug("could not answer on %s: %s", reply_to, exc)
+
+    @property
+    def _task_group(self) -> TaskGroup:
+        if self._tg is None:
+            raise RuntimeError("the coordinator is not running; start run() first")
+        return self._tg
 
     # -- status --------------------------------------------------------------------------
 
@@ -384,19 +407,6 @@ class Coordinator:
 
     async def _on_metrics(self, request: Request) -> bytes:
         return self.metrics.prometheus(coordinator_id=self.id, domains=len(self._domains)).encode()
-
-
-def _leave(cached: _Domain, waiter: _Waiter) -> None:
-    """Take a cancelled `waiter` out of the queue, passing on its turn if it had it."""
-    if waiter not in cached.queue:
-        return  # already in a batch: whoever commits it wakes everyone
-    had_turn = cached.queue[0] is waiter and waiter.woken.is_set()
-    cached.queue.remove(waiter)
-    if had_turn:
-        if cached.queue:
-            cached.queue[0].woken.set()
-        else:
-            cached.committing = False
 
 
 def _rank(domain: Domain, coordinator_id: str) -> bytes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import anyio
 import msgpack
@@ -12,8 +13,8 @@ import pytest
 from anyio.abc import TaskGroup
 
 from agents.brief import BriefReplica, Proposer
-from bus import BriefLog, BriefState, NatsClient, Verb, commits_of, request, subject
-from coordinator import GLOBAL_DLQ, METRICS_SUBJECT, STATUS_SUBJECT
+from bus import BriefLog, BriefState, BusConfig, BusUnavailable, NatsClient, Verb, commits_of, connect, request, subject
+from coordinator import GLOBAL_DLQ, METRICS_SUBJECT, STATUS_SUBJECT, Coordinator, CoordinatorConfig
 from schemas import (
     AddDecision,
     AddNote,
@@ -250,3 +251,70 @@ async def test_a_stale_coordinator_does_not_refuse_what_another_committed(
     await log.append(state, [added], sender="other-coordinator")
     # Judged on its stale cache alone, p2 would be unknown; the coordinator must notice.
     assert await agent.propose(Complete(item_id="p2", outcome="ok")) == Committed(revision=3)
+
+
+async def test_a_coordinator_holding_too_many_proposals_answers_busy(nats_url: str) -> None:
+    """Beyond `max_in_flight`, proposals are answered `busy` at once instead of queueing
+    without bound; proposers retry those with their keys, and each is committed once."""
+    domain = _domain()
+    propose = subject(domain, Verb.PROPOSE)
+
+    def proposal(i: int) -> bytes:
+        body = Proposal(domain=domain, author="a", op=AddNote(text=f"note {i}"), key=f"k{i}").model_dump(mode="json")
+        return Envelope(type=MessageType.PROPOSAL, domain=domain, sender="a", body=body).encode()
+
+    async with running_coordinator(nats_url, coordinator_id="c-small", max_in_flight=2) as (client, _):
+        answers: list[object] = []
+
+        async def send(i: int) -> None:
+            answer = await request(client, propose, proposal(i), timeout=5)
+            answers.append(ReplyAdapter.validate_python(Envelope.decode(answer).body))
+
+        async with anyio.create_task_group() as tg:  # sent together, taken in before any commit
+            for i in range(8):
+                tg.start_soon(send, i)
+        busy = [a for a in answers if isinstance(a, Rejection)]
+        assert busy, "8 proposals at once should overflow a coordinator that holds 2"
+        assert all(a.code is RejectionCode.BUSY and "holds 2 proposals" in a.reason for a in busy)
+        assert all(isinstance(a, Committed) for a in answers if a not in busy)
+
+        async def retry(i: int) -> None:
+            agent = Proposer(client, domain, agent_id="a")
+            assert isinstance(await agent.propose(AddNote(text=f"note {i}"), key=f"k{i}"), Committed)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(8):
+                tg.start_soon(retry, i)
+        entries = [entry async for entry in BriefLog(client).txlog.read(subject(domain, Verb.TX))]
+        assert sorted(commit.key for entry in entries for commit in commits_of(entry)) == [f"k{i}" for i in range(8)]
+
+
+class _FailsFirstBatch(Coordinator):
+    """A coordinator whose first batch fails as if the log were away (ours to break, not
+    a stand-in for a dependency: the bus and server under it are real)."""
+
+    failed = False
+
+    async def _commit_batch(self, cached: Any, batch: Any) -> None:
+        if not self.failed:
+            self.failed = True
+            raise BusUnavailable("the log is away (test)")
+        await super()._commit_batch(cached, batch)
+
+
+async def test_a_batch_that_fails_goes_unanswered_and_the_coordinator_serves_on(nats_url: str) -> None:
+    domain = _domain()
+    client = await connect(BusConfig(servers=[nats_url]))
+    coordinator = _FailsFirstBatch(client, CoordinatorConfig(coordinator_id="c-fails"))
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(coordinator.run)
+            agent = Proposer(client, domain, agent_id="a")
+            with anyio.fail_after(20):  # unanswered, then retried with the same key
+                first = await agent.propose(AddNote(text="after a failed batch"), key="k1", attempt_timeout=0.5)
+                second = await agent.propose(AddNote(text="and the next one"))
+            tg.cancel_scope.cancel()
+    finally:
+        await client.close()
+    assert coordinator.failed and (first, second) == (Committed(revision=1), Committed(revision=2))
+    assert coordinator.metrics.last_error is not None and "the log is away" in coordinator.metrics.last_error
