@@ -165,7 +165,7 @@ class Coordinator:
             return
         if cached is not None and cached.owner is not None:
             self._held += 1
-            self._task_group.start_soon(self._forward, request, cached)
+            self._task_group.start_soon(self._forward, request, cached, cached.owner)
             return
         try:
             envelope = Envelope.decode(request.data, max_size=self._client.max_payload or 1024 * 1024)
@@ -192,7 +192,7 @@ class Coordinator:
             cached.committing = True
             self._task_group.start_soon(self._commit_queued, cached)
 
-    async def _forward(self, request: Request, cached: _Domain) -> None:
+    async def _forward(self, request: Request, cached: _Domain, owner: str) -> None:
         """Pass a proposal to the domain's owner and relay its answer; commit it here if
         the owner does not answer.
 
@@ -200,22 +200,31 @@ class Coordinator:
         other; passing proposals to the one that won keeps a domain's commits in one
         place, so they batch. Any coordinator can still commit: an owner that does not
         answer is forgotten and the proposal is committed here.
+
+        `owner` is the one known when the proposal was taken in: by the time this task
+        runs, another forward may have forgotten it.
         """
-        owner = cached.owner
-        assert owner is not None
         target = routed(subject(cached.state.domain, Verb.PROPOSE), owner)
         try:
-            answer = await bus_request(self._client, target, request.data, timeout=self.config.forward_timeout)
-        except BusUnavailable as exc:
-            log.info("%s: owner %s did not answer (%s); committing here", cached.state.domain, owner, exc)
-            cached.owner = None
-            self._held -= 1
-            await self._take(request)
-            return
-        self._held -= 1
-        self.metrics.forwarded += 1
-        if request.reply:
-            await self._send(request.reply, answer)
+            try:
+                answer: bytes | None = await bus_request(
+                    self._client, target, request.data, timeout=self.config.forward_timeout
+                )
+            except BusUnavailable as exc:
+                answer = None
+                if cached.owner == owner:
+                    log.info("%s: owner %s did not answer (%s); committing here", cached.state.domain, owner, exc)
+                    cached.owner = None
+            finally:
+                self._held -= 1
+            if answer is None:
+                await self._take(request)
+            else:
+                self.metrics.forwarded += 1
+                if request.reply:
+                    await self._send(request.reply, answer)
+        except Exception:  # a task of the coordinator's own: one proposal must not stop it
+            log.exception("%s: passing a proposal to %s failed", cached.state.domain, owner)
 
     async def _commit_queued(self, cached: _Domain) -> None:
         """The domain's committer: commit what is queued, batch by batch, until nothing is.
@@ -239,18 +248,17 @@ class Coordinator:
                         cached.loaded = True
                         log.info("loaded %s at revision %d", cached.state.domain, cached.state.brief.revision)
                     await self._commit_batch(cached, batch)
+                    for pending in batch:
+                        assert pending.reply is not None
+                        await self._reply(pending.reply_to, cached.state.domain, pending.reply)
                 except Exception as exc:  # the bus, or a bug: the next batch may fare better
                     self.metrics.error(f"{cached.state.domain}: a batch of {len(batch)} failed: {exc!r}")
                     log.warning(
-                        "%s: a batch of %d proposals failed (%r); they get no answer",
+                        "%s: a batch of %d proposals failed (%r); those not answered will ask again",
                         cached.state.domain,
                         len(batch),
                         exc,
                     )
-                else:
-                    for pending in batch:
-                        assert pending.reply is not None
-                        await self._reply(pending.reply_to, cached.state.domain, pending.reply)
                 finally:
                     self._held -= len(batch)
         finally:
