@@ -253,11 +253,13 @@ class Coordinator:
                         await self._reply(pending.reply_to, cached.state.domain, pending.reply)
                 except Exception as exc:  # the bus, or a bug: the next batch may fare better
                     self.metrics.error(f"{cached.state.domain}: a batch of {len(batch)} failed: {exc!r}")
-                    log.warning(
+                    log.log(
+                        logging.WARNING if isinstance(exc, BusError) else logging.ERROR,
                         "%s: a batch of %d proposals failed (%r); those not answered will ask again",
                         cached.state.domain,
                         len(batch),
                         exc,
+                        exc_info=not isinstance(exc, BusError),  # a bug: show where
                     )
                 finally:
                     self._held -= len(batch)
