@@ -26,7 +26,6 @@ from bus import (
     BusError,
     BusUnavailable,
     CasConflict,
-    Handler,
     NatsClient,
     Request,
     Verb,
@@ -127,22 +126,10 @@ class Coordinator:
             self._tg = tg
             await tg.start(partial(listen, self._client, all_domains(Verb.PROPOSE), self._take, queue=PROPOSE_QUEUE))
             await tg.start(partial(listen, self._client, routed(all_domains(Verb.PROPOSE), self.id), self._take))
-            await tg.start(self._serve, STATUS_SUBJECT, self._on_status, None)
-            await tg.start(self._serve, METRICS_SUBJECT, self._on_metrics, None)
+            await tg.start(partial(serve, self._client, STATUS_SUBJECT, self._on_status))
+            await tg.start(partial(serve, self._client, METRICS_SUBJECT, self._on_metrics))
             log.info("coordinator %s serving proposals", self.id)
             task_status.started()
-
-    async def _serve(
-        self, subject_: str, handler: Handler, queue: str | None, *, task_status: TaskStatus[None]
-    ) -> None:
-        await serve(
-            self._client,
-            subject_,
-            handler,
-            queue=queue,
-            max_in_flight=self.config.max_in_flight,
-            task_status=task_status,
-        )
 
     # -- proposals -----------------------------------------------------------------------
 
