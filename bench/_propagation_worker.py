@@ -25,7 +25,7 @@ from nats.aio.msg import Msg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bus import BriefLog, BusConfig, LogEntry, Verb, connect, subject  # noqa: E402
+from bus import BriefLog, BusConfig, LogEntry, Verb, connect, run_async, subject  # noqa: E402
 from schemas import Domain  # noqa: E402
 
 RAW_SUBJECT = "rawb.fan"
@@ -92,4 +92,4 @@ async def run(url: str, domain: Domain, entries: int) -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(run, sys.argv[1], Domain.parse(sys.argv[2]), int(sys.argv[3]))
+    run_async(run, sys.argv[1], Domain.parse(sys.argv[2]), int(sys.argv[3]))

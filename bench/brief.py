@@ -36,7 +36,7 @@ from _propagation_worker import RAW_DONE, RAW_SUBJECT, STORED_LIVE, STORED_SUBJE
 from _stats import ratio, summary  # noqa: E402
 
 from agents.brief import Proposer  # noqa: E402
-from bus import BriefLog, BriefState, BusConfig, EmbeddedServer, NatsClient, connect  # noqa: E402
+from bus import BriefLog, BriefState, BusConfig, EmbeddedServer, NatsClient, connect, run_async  # noqa: E402
 from schemas import AddNote, AddPending, BriefOp, Commit, Committed, Complete, Domain, Proposal, apply  # noqa: E402
 
 FANOUT = 8
@@ -244,7 +244,7 @@ def main() -> None:
     parser.add_argument("--ops", type=int, default=2000, help="operations per latency figure (default: %(default)s)")
     parser.add_argument("--seconds", type=float, default=3.0, help="throughput measurement time (default: %(default)s)")
     args = parser.parse_args()
-    anyio.run(run, args.ops, args.seconds)
+    run_async(run, args.ops, args.seconds)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _stats import ratio, summary  # noqa: E402
 
-from bus import BusConfig, EmbeddedServer, Leases, TxLog, connect  # noqa: E402
+from bus import BusConfig, EmbeddedServer, Leases, TxLog, connect, run_async  # noqa: E402
 from schemas import LeaseRecord  # noqa: E402
 
 
@@ -119,7 +119,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ops", type=int, default=2000, help="operations per measurement (default: %(default)s)")
     args = parser.parse_args()
-    anyio.run(run, args.ops)
+    run_async(run, args.ops)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import anyio
 from nats.js.api import KeyValueConfig
 
 from agents.context import CLAUDE_SPLIT_PATTERN, Tokenizer
@@ -49,7 +48,7 @@ from agents.nudges import (
     drop_placeholder,
     protected_floor,
 )
-from bus import BusConfig, EmbeddedServer, Leases, connect
+from bus import BusConfig, EmbeddedServer, Leases, connect, run_async
 from schemas import Domain
 
 TARGET_TOKENS = 249_000
@@ -251,7 +250,7 @@ def bench_lease_claim_vs_kv_cas(rounds: int = LEASE_ROUNDS) -> None:
     One first-time delivery is a read, three compare-and-set writes (pending, claimed,
     delivered) and two host calls; a repeat is one read.
     """
-    raw, first, again, raw3, setting = anyio.run(_lease_rounds, rounds)
+    raw, first, again, raw3, setting = run_async(_lease_rounds, rounds)
     print(f"\nlease rounds: {rounds} on an embedded {setting}")
     for row in (raw, raw3, first, again):
         print(row.row())

@@ -10,6 +10,7 @@ from bus._brief_log import BriefLog, BriefState, batch_msg_id, commits_of
 from bus._cluster import LoopbackCluster
 from bus._connection import DEFAULT_CONNECT_DEADLINE, BusConfig, TlsConfig, connect
 from bus._errors import BusError, BusUnavailable, CasConflict, LeaseHeld, ServerError
+from bus._event_loop import NO_UVLOOP_ENV, anyio_backend, event_loop_name, run_async, uses_uvloop
 from bus._kv import Bucket, BucketConfig, KvEntry
 from bus._leases import Lease, LeaseConfig, Leases
 from bus._rpc import Handler, Listener, Request, listen, publish, request, serve
@@ -53,6 +54,7 @@ __all__ = [
     "Leases",
     "Listener",
     "LogEntry",
+    "NO_UVLOOP_ENV",
     "LoopbackCluster",
     "NatsClient",
     "PRESENCE_BUCKET",
@@ -67,9 +69,11 @@ __all__ = [
     "TxLogConfig",
     "Verb",
     "all_domains",
+    "anyio_backend",
     "batch_msg_id",
     "commits_of",
     "connect",
+    "event_loop_name",
     "find_nats_server",
     "free_port",
     "kv_key",
@@ -78,6 +82,8 @@ __all__ = [
     "publish",
     "request",
     "routed",
+    "run_async",
     "serve",
     "subject",
+    "uses_uvloop",
 ]

@@ -30,6 +30,7 @@ from bus import (
     Request,
     Verb,
     all_domains,
+    event_loop_name,
     listen,
     publish,
     routed,
@@ -128,7 +129,7 @@ class Coordinator:
             await tg.start(partial(listen, self._client, routed(all_domains(Verb.PROPOSE), self.id), self._take))
             await tg.start(partial(serve, self._client, STATUS_SUBJECT, self._on_status))
             await tg.start(partial(serve, self._client, METRICS_SUBJECT, self._on_metrics))
-            log.info("coordinator %s serving proposals", self.id)
+            log.info("coordinator %s serving proposals (event loop: %s)", self.id, event_loop_name())
             task_status.started()
 
     # -- proposals -----------------------------------------------------------------------

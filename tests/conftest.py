@@ -1,9 +1,13 @@
 """Suite-wide settings. The real-NATS fixtures come from the `bus.testing` plugin."""
 
+from typing import Any
+
 import pytest
+
+import bus
 
 
 @pytest.fixture(scope="session")
-def anyio_backend() -> str:
-    """nats-py is asyncio-only, so every async test runs on asyncio."""
-    return "asyncio"
+def anyio_backend() -> tuple[str, dict[str, Any]]:
+    """The event loop ctxbus runs on in production (asyncio, through uvloop where installed)."""
+    return bus.anyio_backend()

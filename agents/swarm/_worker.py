@@ -23,7 +23,7 @@ from agents.nudges import Channel2Lease, Channel2LeaseConfig, DirectiveState
 from agents.runtime import Agent, AgentConfig
 from agents.swarm._model import ScriptedModel
 from agents.swarm._scenario import CONSTRAINTS, agent_name, step
-from bus import BusConfig, Leases, connect
+from bus import BusConfig, Leases, connect, run_async
 from schemas import Domain
 from schemas._swarm_events import (
     AgentResult,
@@ -55,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one agent; exit code 0 once it has printed its result."""
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return anyio.run(_run, args)
+    return run_async(_run, args)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from rich.table import Table
 
 from agents.brief import Proposer
-from bus import BriefLog, TxLog, Verb, commits_of, connect, subject
+from bus import BriefLog, TxLog, Verb, commits_of, connect, run_async, subject
 from coordinator.cli._app import app
 from coordinator.cli._common import (
     DEFAULT_NATS_URL,
@@ -21,7 +21,6 @@ from coordinator.cli._common import (
     bus_config,
     console,
     print_json,
-    run_async,
 )
 from schemas import BriefOpAdapter, Commit, Committed, Domain, brief_hash, render_brief
 

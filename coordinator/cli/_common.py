@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any, Final, TypeVar
+from typing import Annotated, Final
 
-import anyio
 import platformdirs
 import typer
 from pydantic import ValidationError
@@ -27,7 +25,6 @@ __all__ = [
     "default_state_dir",
     "bus_config",
     "parse_domain",
-    "run_async",
     "print_json",
 ]
 
@@ -36,8 +33,6 @@ DEFAULT_NATS_URL: Final = "nats://127.0.0.1:4222"
 
 console = Console(highlight=False)
 errors = Console(stderr=True, highlight=False)
-
-T = TypeVar("T")
 
 
 def default_state_dir() -> Path:
@@ -85,11 +80,6 @@ def bus_config(urls: str, *, name: str = "ctxbus-cli") -> BusConfig:
     except ValidationError as exc:
         message = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
         raise typer.BadParameter(message, param_hint="--nats") from None
-
-
-def run_async(func: Callable[..., Awaitable[T]], *args: Any) -> T:
-    """Run an async command body on asyncio (nats-py is asyncio-only)."""
-    return anyio.run(func, *args)
 
 
 def print_json(value: object) -> None:

@@ -14,8 +14,9 @@ import typer
 from agents.context import ContextConfig
 from agents.mcp import host_context, serve_stdio
 from agents.runtime import AgentConfig
+from bus import run_async
 from coordinator.cli._app import app
-from coordinator.cli._common import DEFAULT_NATS_URL, DomainOption, NatsOption, bus_config, default_state_dir, run_async
+from coordinator.cli._common import DEFAULT_NATS_URL, DomainOption, NatsOption, bus_config, default_state_dir
 from schemas import Domain, InvalidDomain, validate_token
 
 __all__: list[str] = []

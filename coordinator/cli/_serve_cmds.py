@@ -11,11 +11,11 @@ import anyio
 import typer
 
 from agents.context import Tokenizer
-from bus import DEFAULT_SYNC_INTERVAL, BusConfig, EmbeddedServer, ServerError, connect
+from bus import DEFAULT_SYNC_INTERVAL, BusConfig, EmbeddedServer, ServerError, connect, event_loop_name, run_async
 from coordinator._config import DEFAULT_SNAPSHOT_EVERY, CoordinatorConfig
 from coordinator._service import Coordinator
 from coordinator.cli._app import app
-from coordinator.cli._common import DEFAULT_NATS_URL, NatsOption, bus_config, console, default_state_dir, run_async
+from coordinator.cli._common import DEFAULT_NATS_URL, NatsOption, bus_config, console, default_state_dir
 
 __all__: list[str] = []
 
@@ -127,7 +127,9 @@ async def _serve(bus: BusConfig, config: CoordinatorConfig, server: EmbeddedServ
     try:
         async with anyio.create_task_group() as tg:
             await tg.start(Coordinator(client, config).run)
-            console.print(f"coordinator {config.coordinator_id} serving {', '.join(bus.servers)}")
+            console.print(
+                f"coordinator {config.coordinator_id} serving {', '.join(bus.servers)} (event loop: {event_loop_name()})"
+            )
             console.print("press Ctrl-C to stop")
             await _until_signal_or_exit(server)
             tg.cancel_scope.cancel()

@@ -12,7 +12,7 @@ from rich.live import Live
 from rich.table import Table
 
 from agents.brief import read_presence
-from bus import BusUnavailable, NatsClient, connect, request
+from bus import BusUnavailable, NatsClient, connect, request, run_async
 from coordinator._service import STATUS_SUBJECT
 from coordinator.cli._app import app
 from coordinator.cli._common import (
@@ -24,7 +24,6 @@ from coordinator.cli._common import (
     console,
     parse_domain,
     print_json,
-    run_async,
 )
 from schemas import Domain, Presence
 

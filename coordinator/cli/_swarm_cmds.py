@@ -32,10 +32,10 @@ from agents.swarm import (
     SwarmRunner,
     check_settings,
 )
-from bus import BusConfig, EmbeddedServer, connect
+from bus import BusConfig, EmbeddedServer, connect, run_async
 from coordinator import Coordinator, CoordinatorConfig
 from coordinator.cli._app import app
-from coordinator.cli._common import console, errors, print_json, run_async
+from coordinator.cli._common import console, errors, print_json
 from schemas import Domain
 
 __all__: list[str] = []

@@ -16,7 +16,7 @@ from pathlib import Path
 import anyio
 
 from agents.brief import BriefReplica, Proposer
-from bus import BusConfig, connect
+from bus import BusConfig, connect, run_async
 from schemas import (
     AddBlocker,
     AddConstraint,
@@ -96,4 +96,4 @@ async def main(url: str, domain_text: str, agent: str, ops: int, seed: int, out:
 
 if __name__ == "__main__":
     url, domain_text, agent, ops, seed, out = sys.argv[1:7]
-    anyio.run(main, url, domain_text, agent, int(ops), int(seed), Path(out))
+    run_async(main, url, domain_text, agent, int(ops), int(seed), Path(out))

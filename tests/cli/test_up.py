@@ -33,8 +33,10 @@ def up(tmp_path: Path) -> Iterator[dict[str, str]]:
     assert proc.stdout is not None
     url = proc.stdout.readline().strip().removeprefix("NATS ready at ")
     assert url.startswith("nats://"), proc.stderr.read() if proc.stderr else url
-    for _ in range(3):  # data dir, coordinator line, hint
-        proc.stdout.readline()
+    proc.stdout.readline()  # data dir
+    coordinator_line = proc.stdout.readline()
+    assert "(event loop: uvloop)" in coordinator_line, coordinator_line  # the production loop
+    proc.stdout.readline()  # hint
     yield {**env, "CTXBUS_NATS_URL": url, "CTXBUS_DOMAIN": "alice/s1/t1"}
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)

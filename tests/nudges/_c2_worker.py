@@ -38,7 +38,7 @@ from agents.nudges import (
     DirectiveState,
     SyntheticMessage,
 )
-from bus import BusConfig, BusError, Leases, connect
+from bus import BusConfig, BusError, Leases, connect, run_async
 from schemas import Domain
 
 CRASH_EXIT: Final = 17
@@ -179,7 +179,7 @@ def main() -> None:
     parser.add_argument("--fail-rate", type=float, default=0.0)
     parser.add_argument("--forced", choices=("", *CRASH_KINDS), default="")
     parser.add_argument("--forced-after", type=int, default=0)
-    anyio.run(run, parser.parse_args())
+    run_async(run, parser.parse_args())
 
 
 if __name__ == "__main__":

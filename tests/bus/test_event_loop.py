@@ -1,0 +1,36 @@
+"""The event loop ctxbus processes run on: uvloop where installed, unless turned off."""
+
+import sys
+
+import pytest
+
+from bus import NO_UVLOOP_ENV, anyio_backend, event_loop_name, run_async, uses_uvloop
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="uvloop is not a dependency on Windows")
+
+
+async def _loop_name() -> str:
+    return event_loop_name()
+
+
+def test_runs_on_uvloop_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(NO_UVLOOP_ENV, raising=False)
+    assert uses_uvloop()
+    assert anyio_backend() == ("asyncio", {"use_uvloop": True})
+    assert run_async(_loop_name) == "uvloop"
+
+
+@pytest.mark.parametrize("value", ["1", "yes"])
+def test_the_standard_loop_when_turned_off(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv(NO_UVLOOP_ENV, value)
+    assert not uses_uvloop()
+    assert run_async(_loop_name) == "asyncio"
+
+
+def test_zero_does_not_turn_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(NO_UVLOOP_ENV, "0")
+    assert run_async(_loop_name) == "uvloop"
+
+
+async def test_the_suite_runs_on_the_production_loop() -> None:
+    assert event_loop_name() == "uvloop"
