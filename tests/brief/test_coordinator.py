@@ -318,3 +318,18 @@ async def test_a_batch_that_fails_goes_unanswered_and_the_coordinator_serves_on(
         await client.close()
     assert coordinator.failed and (first, second) == (Committed(revision=1), Committed(revision=2))
     assert coordinator.metrics.last_error is not None and "the log is away" in coordinator.metrics.last_error
+
+
+async def test_a_proposal_gives_up_at_its_deadline_even_inside_an_attempt(nats_client: NatsClient) -> None:
+    """A coordinator that takes proposals in and never answers: each attempt would wait
+    30 s, but the proposal's deadline of 0.5 s cuts the attempt short."""
+    domain = _domain()
+    silent = await nats_client.subscribe(subject(domain, Verb.PROPOSE))  # hears, never answers
+    try:
+        with anyio.fail_after(10), pytest.raises(BusUnavailable, match="within 0.5s"):
+            await Proposer(nats_client, domain, agent_id="a").propose(
+                AddNote(text="unheard"), attempt_timeout=30, deadline=0.5
+            )
+    finally:
+        await silent.unsubscribe()
+    assert silent.delivered >= 1
