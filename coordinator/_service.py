@@ -92,8 +92,11 @@ class _Domain:
     loaded: bool = False
     """Whether `state` was loaded from the log (until then it is an empty brief)."""
     queue: list[_Pending] = field(default_factory=list)
-    committing: bool = False
-    """Whether the domain's committer task is running; it takes whatever is queued."""
+    wake: anyio.Event = field(default_factory=anyio.Event)
+    """Set when something was queued or the domain was purged; the committer waits on it."""
+    committer: bool = False
+    """Whether the domain's committer task runs (parked while the queue is empty)."""
+    purged: bool = False
     last_batch: int = 0
     """Proposals in the last batch: more than one means the domain is busy."""
     since_snapshot: int = 0
@@ -176,9 +179,10 @@ class Coordinator:
             cached = self._domains[domain] = _Domain(BriefState(TaskBrief(domain=domain), 0))
         self._held += 1
         cached.queue.append(_Pending(parsed, request.reply))
-        if not cached.committing:
-            cached.committing = True
+        if not cached.committer:
+            cached.committer = True
             self._task_group.start_soon(self._commit_queued, cached)
+        cached.wake.set()
 
     async def _forward(self, request: Request, cached: _Domain, owner: str) -> None:
         """Pass a proposal to the domain's owner and relay its answer; commit it here if
@@ -215,15 +219,26 @@ class Coordinator:
             log.exception("%s: passing a proposal to %s failed", cached.state.domain, owner)
 
     async def _commit_queued(self, cached: _Domain) -> None:
-        """The domain's committer: commit what is queued, batch by batch, until nothing is.
+        """The domain's committer: commit what is queued, batch by batch, for as long as
+        the domain is cached.
 
         Group commit: proposals that arrive while a batch is being appended wait in the
         queue, and the next batch takes them all, so a burst costs one compare-and-set
         round trip, not one per proposal; the whole batch is answered at once. A batch
         that cannot be committed gets no answer: its proposers retry with the same keys.
+
+        While the queue is empty the committer waits for `_take` to wake it, rather than
+        ending: starting a task costs anyio ~45 µs, waking one ~9 µs, and on a quiet
+        domain that is paid on every proposal, in its latency.
         """
         try:
-            while cached.queue:
+            while True:
+                if not cached.queue:
+                    if cached.purged:
+                        return
+                    cached.wake = anyio.Event()
+                    await cached.wake.wait()
+                    continue
                 if cached.last_batch > 1 and self.config.batch_linger > 0:
                     # Under load, those just answered are about to propose again: let them in.
                     await anyio.sleep(self.config.batch_linger)
@@ -252,7 +267,7 @@ class Coordinator:
                 finally:
                     self._held -= len(batch)
         finally:
-            cached.committing = False
+            cached.committer = False
 
     async def _commit_batch(self, cached: _Domain, batch: list[_Pending]) -> None:
         """Validate `batch` in order and append it; reload and redo on every CAS miss."""
@@ -373,7 +388,10 @@ class Coordinator:
             self.metrics.error(f"purge of {domain} failed: {exc}")
             log.warning("purge of closed domain %s failed: %s", domain, exc)
             return
-        self._domains.pop(domain, None)
+        cached = self._domains.pop(domain, None)
+        if cached is not None:
+            cached.purged = True
+            cached.wake.set()  # its committer ends once the queue is empty
         log.info("closed domain %s purged after %.0fs", domain, self.config.close_grace)
 
     async def _reply(self, reply_to: str | None, domain: Domain, reply: Reply) -> None:
