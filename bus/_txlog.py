@@ -160,30 +160,32 @@ class TxLog:
         if expected_last_subject_seq is not None:
             headers[EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_subject_seq)
         delay = 0.05
-        with anyio.move_on_after(self.config.deadline):
-            while True:
-                try:
-                    ack = await self._js.publish(
-                        subject,
-                        payload,
-                        timeout=self.config.attempt_timeout,
-                        stream=self.config.stream,
-                        headers=headers,
-                    )
-                    return ack.seq
-                except nats.js.errors.BadRequestError as exc:
-                    if exc.err_code != WRONG_LAST_SEQUENCE or expected_last_subject_seq is None:
-                        raise BusError(f"append to {subject} refused: {exc.description}") from exc
-                    # Our own earlier attempt (lost ack, or a caller's retry) may be what
-                    # moved the subject on: then the append already happened.
-                    stored = await self._find_own_append(subject, msg_id, expected_last_subject_seq)
-                    if stored is not None:
-                        return stored
-                    raise CasConflict(subject, expected_last_subject_seq, actual_sequence(exc)) from exc
-                except TRANSIENT as exc:
-                    log.debug("append to %s not acknowledged (%r); retrying", subject, exc)
-                    await anyio.sleep(delay)
-                    delay = min(delay * 2, 0.5)
+        # The deadline is checked by hand: a cancel scope with a timeout would cost
+        # ~20 µs on every append, in the latency of every commit.
+        give_up_at = anyio.current_time() + self.config.deadline
+        while (left := give_up_at - anyio.current_time()) > 0:
+            try:
+                ack = await self._js.publish(
+                    subject,
+                    payload,
+                    timeout=min(self.config.attempt_timeout, left),
+                    stream=self.config.stream,
+                    headers=headers,
+                )
+                return ack.seq
+            except nats.js.errors.BadRequestError as exc:
+                if exc.err_code != WRONG_LAST_SEQUENCE or expected_last_subject_seq is None:
+                    raise BusError(f"append to {subject} refused: {exc.description}") from exc
+                # Our own earlier attempt (lost ack, or a caller's retry) may be what
+                # moved the subject on: then the append already happened.
+                stored = await self._find_own_append(subject, msg_id, expected_last_subject_seq)
+                if stored is not None:
+                    return stored
+                raise CasConflict(subject, expected_last_subject_seq, actual_sequence(exc)) from exc
+            except TRANSIENT as exc:
+                log.debug("append to %s not acknowledged (%r); retrying", subject, exc)
+                await anyio.sleep(min(delay, left))
+                delay = min(delay * 2, 0.5)
         raise BusUnavailable(f"append to {subject} not acknowledged within {self.config.deadline:.0f}s")
 
     async def last_seq(self, subject: str) -> int:

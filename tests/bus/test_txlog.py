@@ -11,7 +11,17 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import api
 
-from bus import BusConfig, CasConflict, EmbeddedServer, LogEntry, TxLog, TxLogConfig, connect, live_subject
+from bus import (
+    BusConfig,
+    BusUnavailable,
+    CasConflict,
+    EmbeddedServer,
+    LogEntry,
+    TxLog,
+    TxLogConfig,
+    connect,
+    live_subject,
+)
 
 
 def _subject() -> str:
@@ -65,6 +75,20 @@ async def test_cas_conflict_reports_the_actual_sequence(txlog: TxLog) -> None:
         await txlog.append(_subject(), b"c", uuid.uuid4().hex, expected_last_subject_seq=5)
     assert empty.value.actual == 0
     assert [e.payload async for e in txlog.read(subject)] == [b"a", b"b"]
+
+
+async def test_an_append_gives_up_at_its_deadline_even_inside_an_attempt(nats_client: Client) -> None:
+    """A subject no stream stores but a silent subscriber hears: each attempt would wait
+    30 s for an ack, but the append's deadline of 0.5 s cuts it short."""
+    subject = f"nowhere.{uuid.uuid4().hex[:12]}"
+    silent = await nats_client.subscribe(subject)
+    txlog = TxLog(nats_client, TxLogConfig(stream="NOWHERE", attempt_timeout=30, deadline=0.5))
+    try:
+        with anyio.fail_after(10), pytest.raises(BusUnavailable, match="not acknowledged within"):
+            await txlog.append(subject, b"lost", uuid.uuid4().hex)
+    finally:
+        await silent.unsubscribe()
+    assert silent.delivered >= 1
 
 
 async def test_cas_writers_never_both_commit_on_one_base(txlog: TxLog) -> None:
