@@ -18,6 +18,7 @@ from schemas import (
     SchemaVersionError,
     WireError,
 )
+from schemas._envelope import _message_id
 
 DOMAIN = Domain.parse("alice/s1/t1")
 
@@ -55,6 +56,15 @@ def test_round_trip(user: str, session: str, task: str, sender: str, kind: Messa
         type=kind, domain=Domain(user=user, session=session, task=task), sender=sender, body=body, ts=ts
     )
     assert Envelope.decode(envelope.encode()) == envelope
+    # `encode` packs the fields itself: it must write exactly what the model holds.
+    assert msgpack.unpackb(envelope.encode(), raw=False) == envelope.model_dump(mode="python")
+
+
+def test_message_ids_are_unique_and_a_forked_child_starts_afresh() -> None:
+    ids = {Envelope(type=MessageType.EVENT, domain=DOMAIN, sender="a").id for _ in range(10_000)}
+    assert len(ids) == 10_000
+    _message_id.reset()  # what a forked child runs: its ids cannot repeat its parent's
+    assert Envelope(type=MessageType.EVENT, domain=DOMAIN, sender="a").id not in ids
 
 
 def test_domain_travels_in_display_form() -> None:
