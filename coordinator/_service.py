@@ -250,10 +250,12 @@ class Coordinator:
                         cached.state = await self._log.load(cached.state.domain)
                         cached.loaded = True
                         log.info("loaded %s at revision %d", cached.state.domain, cached.state.brief.revision)
-                    await self._commit_batch(cached, batch)
+                    committed = await self._commit_batch(cached, batch)
                     for pending in batch:
                         assert pending.reply is not None
                         await self._reply(pending.reply_to, cached.state.domain, pending.reply)
+                    if committed:
+                        await self._after_commit(cached, committed)  # after the answers: not in their latency
                 except Exception as exc:  # the bus, or a bug: the next batch may fare better
                     self.metrics.error(f"{cached.state.domain}: a batch of {len(batch)} failed: {exc!r}")
                     log.log(
@@ -269,8 +271,12 @@ class Coordinator:
         finally:
             cached.committer = False
 
-    async def _commit_batch(self, cached: _Domain, batch: list[_Pending]) -> None:
-        """Validate `batch` in order and append it; reload and redo on every CAS miss."""
+    async def _commit_batch(self, cached: _Domain, batch: list[_Pending]) -> int:
+        """Validate `batch` in order and append it; reload and redo on every CAS miss.
+
+        Returns how many commits were appended.
+        """
+        appended = 0
         for attempt in range(1, self.config.cas_retries + 1):
             state = cached.state
             brief, commits = state.brief, []
@@ -307,13 +313,11 @@ class Coordinator:
                 if len(batch) == 1:
                     raise  # a single commit always fits: its fields are bounded
                 half = len(batch) // 2
-                await self._commit_batch(cached, batch[:half])
-                await self._commit_batch(cached, batch[half:])
-                return
+                return await self._commit_batch(cached, batch[:half]) + await self._commit_batch(cached, batch[half:])
             cached.state = BriefState(brief, seq)
+            appended = len(commits)
             for _commit in commits:
                 self.metrics.committed()
-            await self._after_commit(cached, len(commits))
             break
         else:
             self.metrics.error(f"{cached.state.domain}: gave up after {self.config.cas_retries} conflicts")
@@ -326,6 +330,7 @@ class Coordinator:
         for pending in batch:
             if isinstance(pending.reply, Committed) and pending.reply.duplicate:
                 self.metrics.duplicates += 1
+        return appended
 
     def _learn_owner(self, cached: _Domain) -> None:
         """After losing an append: pass this domain's proposals to the winner from now on.
@@ -372,6 +377,9 @@ class Coordinator:
             self.metrics.committed()
         except CasConflict:
             cached.state = await self._log.catch_up(cached.state)  # another writer folds or moves on
+        except BusError as exc:  # the brief stays over budget until the next commit folds it
+            self.metrics.error(f"fold of {cached.state.domain} failed: {exc}")
+            log.warning("fold of %s failed: %s", cached.state.domain, exc)
 
     async def _snapshot(self, state: BriefState) -> None:
         try:

@@ -297,11 +297,11 @@ class _FailsFirstBatch(Coordinator):
 
     failed = False
 
-    async def _commit_batch(self, cached: Any, batch: Any) -> None:
+    async def _commit_batch(self, cached: Any, batch: Any) -> int:
         if not self.failed:
             self.failed = True
             raise BusUnavailable("the log is away (test)")
-        await super()._commit_batch(cached, batch)
+        return await super()._commit_batch(cached, batch)
 
 
 async def test_a_batch_that_fails_goes_unanswered_and_the_coordinator_serves_on(nats_url: str) -> None:
@@ -335,3 +335,24 @@ async def test_a_proposal_gives_up_at_its_deadline_even_inside_an_attempt(nats_c
     finally:
         await silent.unsubscribe()
     assert silent.delivered >= 1
+
+
+class _SnapshotsHang(Coordinator):
+    """A coordinator whose snapshots never finish."""
+
+    async def _snapshot(self, state: Any) -> None:
+        await anyio.sleep_forever()
+
+
+async def test_a_batch_is_answered_before_the_housekeeping_after_it(nats_url: str) -> None:
+    client = await connect(BusConfig(servers=[nats_url]))
+    coordinator = _SnapshotsHang(client, CoordinatorConfig(coordinator_id="c-hangs", snapshot_every=1))
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(coordinator.run)
+            with anyio.fail_after(10):
+                reply = await Proposer(client, _domain(), agent_id="a").propose(AddNote(text="answered first"))
+            tg.cancel_scope.cancel()
+    finally:
+        await client.close()
+    assert reply == Committed(revision=1)
