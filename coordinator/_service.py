@@ -14,7 +14,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass, field
-from functools import partial
+from functools import lru_cache, partial
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -438,6 +438,7 @@ def _rank(domain: Domain, coordinator_id: str) -> bytes:
     return hashlib.sha256(f"{domain}\x1f{coordinator_id}".encode()).digest()
 
 
+@lru_cache(maxsize=4096)  # every proposal asks; a domain's subjects are few
 def _domain_of(subject_: str) -> Domain | None:
     """The domain a `ctx.<user>.<session>.<task>.<verb>[.<route>]` subject names, if valid."""
     parts = subject_.split(".")
