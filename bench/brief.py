@@ -6,8 +6,10 @@ Coordinators and the 8 agents run in their own processes, as in production. Prin
 propose -> committed latency with 1 and 2 coordinators; commit -> applied at all of 8
 agents (from the moment the log stored the commit, by the server's clock, to the last
 agent applying it); commits/s per domain under 32 concurrent proposers; and in the same
-run raw JetStream publish+ack, raw fan-out to the same 8 agent processes (publish to
-the last receipt) and raw stored fan-out (store to the last receipt), with the ratios.
+run raw JetStream publish+ack, raw request/reply to another process, raw fan-out to the
+same 8 agent processes (publish to the last receipt) and raw stored fan-out (store to
+the last receipt), with the ratios. A proposal is a request/reply around a publish+ack,
+so their sum is the floor of the commit ratio; stored fan-out is the floor of propagation.
 Each raw baseline alternates with what it is compared to, op by op, so that the drift
 of a shared machine hits both alike.
 Targets: commit median <= 2.5x publish+ack; propagation median <= 1.5x fan-out;
@@ -152,6 +154,29 @@ class _Worker:
         self._open = f"p{reply.revision}" if self._open is None else None
 
 
+class _RawRequester:
+    """Raw request/reply to another process that answers at once (`_echo_worker.py`)."""
+
+    SUBJECT = "rawb.echo"
+
+    def __init__(self, client: NatsClient, url: str) -> None:
+        self._client = client
+        self._echo = subprocess.Popen(
+            [sys.executable, str(ROOT / "bench" / "_echo_worker.py"), url, self.SUBJECT], stdout=subprocess.PIPE
+        )
+        assert self._echo.stdout is not None
+        self._echo.stdout.readline()  # "ready"
+
+    async def timed(self) -> float:
+        t0 = time.perf_counter()
+        await self._client.request(self.SUBJECT, b"x" * 300, timeout=5)
+        return time.perf_counter() - t0
+
+    def close(self) -> None:
+        self._echo.terminate()
+        self._echo.wait()
+
+
 async def _latency(proposer: Proposer, raw: _RawPublisher, ops: int) -> tuple[list[float], list[float]]:
     """Propose -> committed, and raw publish+ack alternating with it op by op."""
     worker = _Worker(proposer)
@@ -162,6 +187,24 @@ async def _latency(proposer: Proposer, raw: _RawPublisher, ops: int) -> tuple[li
         await worker.step()
         ours.append(time.perf_counter() - t0)
     return ours, baseline
+
+
+async def _commit_floor(client: NatsClient, url: str, raw: _RawPublisher, ops: int) -> tuple[list[float], list[float]]:
+    """Raw request/reply to another process, and raw publish+ack alternating with it.
+
+    A proposal is a request/reply around a publish+ack, so their sum is the floor of the
+    commit ratio. Measured in a phase of its own: a third process woken between ours and
+    its baseline would cool the caches of both and shift the ratio it is meant to explain.
+    """
+    requester = _RawRequester(client, url)
+    requested, published = [], []
+    try:
+        for _ in range(ops):
+            published.append(await raw.timed())
+            requested.append(await requester.timed())
+    finally:
+        requester.close()
+    return requested, published
 
 
 async def _throughput(client: NatsClient, seconds: float, proposers: int = 32) -> float:
@@ -214,6 +257,7 @@ async def run(ops: int, seconds: float) -> None:
         one, raw_one = await _latency(Proposer(client, _domain(), agent_id="bench"), raw, ops)
         coordinators.append(_start_coordinator(url, 1))
         two, raw_two = await _latency(Proposer(client, _domain(), agent_id="bench"), raw, ops)
+        requested, raw_floor = await _commit_floor(client, url, raw, ops)
         rate = await _throughput(client, seconds)
         await client.close()
         for proc in coordinators:
@@ -223,6 +267,8 @@ async def run(ops: int, seconds: float) -> None:
     print("\nraw NATS baselines (each measured alternating with what it is compared to)")
     pub_one, _ = summary("JetStream publish+ack (with 1)", raw_one)
     pub_two, _ = summary("JetStream publish+ack (with 2)", raw_two)
+    rr_med, _ = summary("request/reply to another process", requested)
+    floor_pub, _ = summary("JetStream publish+ack (with it)", raw_floor)
     fan_med, _ = summary(f"fan-out to {FANOUT} agent processes", raw_fan)
     stored_med, _ = summary("same, stored first (store -> all)", raw_stored)
     print("\nshared brief")
@@ -235,7 +281,9 @@ async def run(ops: int, seconds: float) -> None:
     print("\nratios, ours / raw (medians)")
     ratio("commit (1 coord) / publish+ack", one_med, pub_one, 2.5)
     ratio("commit (2 coords) / publish+ack", two_med, pub_two, 2.5)
+    ratio("  floor: request/reply + publish+ack", rr_med + floor_pub, floor_pub)
     ratio(f"propagation / fan-out to {FANOUT}", prop_med, fan_med, 1.5)
+    ratio("  floor: stored fan-out", stored_med, fan_med)
     ratio("propagation / stored fan-out", prop_med, stored_med)
 
 
