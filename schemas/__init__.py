@@ -65,6 +65,7 @@ from schemas._errors import (
     UsageError,
     WireError,
 )
+from schemas._ids import unique_id
 from schemas._lease import LeaseRecord
 from schemas._message import (
     MESSAGE_KINDS,
@@ -154,6 +155,7 @@ __all__ = [
     "parse_proposal",
     "render_brief",
     "triage",
+    "unique_id",
     "validate",
     "validate_token",
 ]

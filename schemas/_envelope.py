@@ -6,8 +6,6 @@ with an error that names the field, the limit or the version that was wrong.
 
 from __future__ import annotations
 
-import itertools
-import os
 import time
 from enum import StrEnum
 from typing import Annotated, Any, Final, Self
@@ -17,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serial
 
 from schemas._domain import Domain
 from schemas._errors import DecodeError, EnvelopeInvalid, InvalidDomain, PayloadTooLarge, SchemaVersionError
+from schemas._ids import unique_id
 
 __all__ = [
     "ENVELOPE_VERSION",
@@ -37,28 +36,6 @@ DEFAULT_MAX_PAYLOAD: Final = 1024 * 1024
 
 _ID_MAX = 128
 _SENDER_MAX = 128
-
-
-class _MessageIds:
-    """Unique message ids, cheaply: a random prefix per process, then a counter.
-
-    `uuid4` reads the OS's random source for every id, which costs as much as building
-    the rest of a small envelope, and every proposal makes three envelopes.
-    """
-
-    def __init__(self) -> None:
-        self.reset()
-
-    def reset(self) -> None:
-        self._prefix = os.urandom(8).hex()
-        self._counter = itertools.count()
-
-    def __call__(self) -> str:
-        return f"{self._prefix}{next(self._counter):x}"
-
-
-_message_id = _MessageIds()
-os.register_at_fork(after_in_child=_message_id.reset)  # a forked child must not repeat its parent's ids
 
 
 class MessageType(StrEnum):
@@ -84,7 +61,7 @@ class Envelope(BaseModel):
     """Schema version of the envelope; see `SUPPORTED_VERSIONS`."""
     type: MessageType
     """Kind of body."""
-    id: Annotated[str, Field(min_length=1, max_length=_ID_MAX)] = Field(default_factory=_message_id)
+    id: Annotated[str, Field(min_length=1, max_length=_ID_MAX)] = Field(default_factory=unique_id)
     """Unique message id, used for tracing and dead-letter reports."""
     domain: Domain
     """The `user/session/task` this message belongs to; it never leaves that domain."""

@@ -12,7 +12,6 @@ committed is answered with its original revision instead of being committed twic
 from __future__ import annotations
 
 import logging
-import uuid
 from typing import Final
 
 import anyio
@@ -29,6 +28,7 @@ from schemas import (
     Reply,
     ReplyAdapter,
     WireError,
+    unique_id,
 )
 
 __all__ = ["Proposer", "DEFAULT_PROPOSE_DEADLINE"]
@@ -77,7 +77,7 @@ class Proposer:
             domain=self.domain,
             author=self.agent_id,
             op=op,
-            key=key or uuid.uuid4().hex,
+            key=key or unique_id(),
             base_revision=base_revision,
         )
         envelope = Envelope(

@@ -18,7 +18,7 @@ from schemas import (
     SchemaVersionError,
     WireError,
 )
-from schemas._envelope import _message_id
+from schemas._ids import unique_id
 
 DOMAIN = Domain.parse("alice/s1/t1")
 
@@ -63,7 +63,7 @@ def test_round_trip(user: str, session: str, task: str, sender: str, kind: Messa
 def test_message_ids_are_unique_and_a_forked_child_starts_afresh() -> None:
     ids = {Envelope(type=MessageType.EVENT, domain=DOMAIN, sender="a").id for _ in range(10_000)}
     assert len(ids) == 10_000
-    _message_id.reset()  # what a forked child runs: its ids cannot repeat its parent's
+    unique_id.reset()  # what a forked child runs: its ids cannot repeat its parent's
     assert Envelope(type=MessageType.EVENT, domain=DOMAIN, sender="a").id not in ids
 
 
