@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from bus import uses_uvloop
+
 
 def _run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -35,7 +37,8 @@ def up(tmp_path: Path) -> Iterator[dict[str, str]]:
     assert url.startswith("nats://"), proc.stderr.read() if proc.stderr else url
     proc.stdout.readline()  # data dir
     coordinator_line = proc.stdout.readline()
-    assert "(event loop: uvloop)" in coordinator_line, coordinator_line  # the production loop
+    loop = "uvloop" if uses_uvloop() else "asyncio"
+    assert f"(event loop: {loop})" in coordinator_line, coordinator_line
     proc.stdout.readline()  # hint
     yield {**env, "CTXBUS_NATS_URL": url, "CTXBUS_DOMAIN": "alice/s1/t1"}
     proc.send_signal(signal.SIGINT)
