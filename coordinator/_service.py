@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache, partial
 
 import anyio
+import anyio.lowlevel
 from anyio.abc import TaskGroup, TaskStatus
 
 from bus import (
@@ -256,7 +257,10 @@ class Coordinator:
                         assert pending.reply is not None
                         await self._reply(pending.reply_to, cached.state.domain, pending.reply)
                     if committed:
-                        await self._after_commit(cached, committed)  # after the answers: not in their latency
+                        # The answers are only queued: let them leave before housekeeping
+                        # (a snapshot encodes the whole brief) holds the loop.
+                        await anyio.lowlevel.checkpoint()
+                        await self._after_commit(cached, committed)
                 except Exception as exc:  # the bus, or a bug: the next batch may fare better
                     self.metrics.error(f"{cached.state.domain}: a batch of {len(batch)} failed: {exc!r}")
                     log.log(

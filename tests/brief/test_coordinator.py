@@ -3,17 +3,31 @@
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import msgpack
 import pytest
 from anyio.abc import TaskGroup
 
 from agents.brief import BriefReplica, Proposer
-from bus import BriefLog, BriefState, BusConfig, BusUnavailable, NatsClient, Verb, commits_of, connect, request, subject
+from bus import (
+    BriefLog,
+    BriefState,
+    BusConfig,
+    BusUnavailable,
+    NatsClient,
+    Verb,
+    commits_of,
+    connect,
+    request,
+    run_async,
+    subject,
+)
 from coordinator import GLOBAL_DLQ, METRICS_SUBJECT, STATUS_SUBJECT, Coordinator, CoordinatorConfig
 from schemas import (
     AddDecision,
@@ -337,22 +351,43 @@ async def test_a_proposal_gives_up_at_its_deadline_even_inside_an_attempt(nats_c
     assert silent.delivered >= 1
 
 
-class _SnapshotsHang(Coordinator):
-    """A coordinator whose snapshots never finish."""
+class _SnapshotsBlock(Coordinator):
+    """A coordinator whose snapshot holds its event loop for 2 s, as encoding a large
+    brief does; it notes when that ended."""
+
+    blocked_until = 0.0
 
     async def _snapshot(self, state: Any) -> None:
-        await anyio.sleep_forever()
+        time.sleep(2)
+        self.blocked_until = time.monotonic()
+
+
+def _propose_from_another_loop(url: str, domain: Domain) -> float:
+    """Propose once from a thread with its own event loop; return when the answer came."""
+
+    async def propose() -> float:
+        client = await connect(BusConfig(servers=[url]))
+        try:
+            reply = await Proposer(client, domain, agent_id="a").propose(AddNote(text="first"))
+            assert isinstance(reply, Committed) and reply.revision == 1, reply
+            return time.monotonic()
+        finally:
+            await client.close()
+
+    return run_async(propose)
 
 
 async def test_a_batch_is_answered_before_the_housekeeping_after_it(nats_url: str) -> None:
+    """The answers leave before a snapshot starts, not merely before it ends: a proposer
+    on another event loop hears its answer while the snapshot still holds this one."""
     client = await connect(BusConfig(servers=[nats_url]))
-    coordinator = _SnapshotsHang(client, CoordinatorConfig(coordinator_id="c-hangs", snapshot_every=1))
+    coordinator = _SnapshotsBlock(client, CoordinatorConfig(coordinator_id="c-blocks", snapshot_every=1))
     try:
         async with anyio.create_task_group() as tg:
             await tg.start(coordinator.run)
-            with anyio.fail_after(10):
-                reply = await Proposer(client, _domain(), agent_id="a").propose(AddNote(text="answered first"))
+            with anyio.fail_after(30):
+                answered_at = await anyio.to_thread.run_sync(_propose_from_another_loop, nats_url, _domain())
             tg.cancel_scope.cancel()
     finally:
         await client.close()
-    assert reply == Committed(revision=1)
+    assert 0 < answered_at < coordinator.blocked_until
