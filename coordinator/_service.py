@@ -253,13 +253,7 @@ class Coordinator:
                         cached.loaded = True
                         log.info("loaded %s at revision %d", cached.state.domain, cached.state.brief.revision)
                     committed = await self._commit_batch(cached, batch)
-                    for pending in batch:
-                        assert pending.reply is not None
-                        await self._reply(pending.reply_to, cached.state.domain, pending.reply)
                     if committed:
-                        # The answers are only queued: let them leave before housekeeping
-                        # (a snapshot encodes the whole brief) holds the loop.
-                        await anyio.lowlevel.checkpoint()
                         await self._after_commit(cached, committed)
                 except Exception as exc:  # the bus, or a bug: the next batch may fare better
                     self.metrics.error(f"{cached.state.domain}: a batch of {len(batch)} failed: {exc!r}")
@@ -277,24 +271,15 @@ class Coordinator:
             cached.committer = False
 
     async def _commit_batch(self, cached: _Domain, batch: list[_Pending]) -> int:
-        """Validate `batch` in order and append it; reload and redo on every CAS miss.
+        """Judge `batch` in order, append it and answer it; reload and redo on every CAS miss.
 
-        Returns how many commits were appended.
+        Returns how many commits were appended. The brief after the batch's last commit
+        is worked out only once the answers have left: nobody waits for it but the next
+        batch.
         """
-        appended = 0
         for attempt in range(1, self.config.cas_retries + 1):
             state = cached.state
-            brief, commits = state.brief, []
-            for pending in batch:
-                verdict = triage(brief, pending.proposal)
-                if verdict is None:
-                    commit = Commit.of(
-                        pending.proposal, revision=brief.revision + 1, ts=time.time(), committed_by=self.id
-                    )
-                    brief = apply_accepted(brief, commit)
-                    commits.append(commit)
-                    verdict = Committed(revision=commit.revision)
-                pending.reply = verdict
+            brief, commits = self._judge(state.brief, batch)
             if not commits:
                 # A successful append proves the batch was judged on the latest brief;
                 # with nothing to append, a refusal needs that proof some other way, or a
@@ -303,7 +288,8 @@ class Coordinator:
                 if refused and not await self._log.is_current(state):
                     cached.state = await self._log.catch_up(state)
                     continue
-                break
+                await self._answer(cached.state.domain, batch)
+                return 0
             try:
                 seq = await self._log.append(state, commits, sender=self.id)
             except CasConflict:
@@ -319,23 +305,49 @@ class Coordinator:
                     raise  # a single commit always fits: its fields are bounded
                 half = len(batch) // 2
                 return await self._commit_batch(cached, batch[:half]) + await self._commit_batch(cached, batch[half:])
-            cached.state = BriefState(brief, seq)
-            appended = len(commits)
+            await self._answer(cached.state.domain, batch)
+            cached.state = BriefState(apply_accepted(brief, commits[-1]), seq)
             for _commit in commits:
                 self.metrics.committed()
-            break
-        else:
-            self.metrics.error(f"{cached.state.domain}: gave up after {self.config.cas_retries} conflicts")
-            busy = Rejection(
-                code=RejectionCode.BUSY,
-                reason=f"the log of {cached.state.domain} kept moving during {self.config.cas_retries} attempts; retry",
-            )
-            for pending in batch:
-                pending.reply = busy
+            return len(commits)
+        self.metrics.error(f"{cached.state.domain}: gave up after {self.config.cas_retries} conflicts")
+        busy = Rejection(
+            code=RejectionCode.BUSY,
+            reason=f"the log of {cached.state.domain} kept moving during {self.config.cas_retries} attempts; retry",
+        )
         for pending in batch:
+            pending.reply = busy
+        await self._answer(cached.state.domain, batch)
+        return 0
+
+    def _judge(self, brief: TaskBrief, batch: list[_Pending]) -> tuple[TaskBrief, list[Commit]]:
+        """Set each proposal's reply, judging each on the brief after the ones before it.
+
+        Returns the commits, and the brief after all of them but the last: the caller
+        applies that one once the batch is answered.
+        """
+        commits: list[Commit] = []
+        for pending in batch:
+            if commits and commits[-1].revision > brief.revision:
+                brief = apply_accepted(brief, commits[-1])
+            verdict = triage(brief, pending.proposal)
+            if verdict is None:
+                commit = Commit.of(pending.proposal, revision=brief.revision + 1, ts=time.time(), committed_by=self.id)
+                commits.append(commit)
+                verdict = Committed(revision=commit.revision)
+            pending.reply = verdict
+        return brief, commits
+
+    async def _answer(self, domain: Domain, batch: list[_Pending]) -> None:
+        """Answer every proposal of `batch`, and let the answers leave before the caller
+        goes on: nats-py only queues them, and what follows (applying the last commit, a
+        snapshot that encodes the whole brief) would hold them back."""
+        for pending in batch:
+            assert pending.reply is not None
             if isinstance(pending.reply, Committed) and pending.reply.duplicate:
                 self.metrics.duplicates += 1
-        return appended
+            await self._reply(pending.reply_to, domain, pending.reply)
+        await anyio.lowlevel.checkpoint()
 
     def _learn_owner(self, cached: _Domain) -> None:
         """After losing an append: pass this domain's proposals to the winner from now on.
