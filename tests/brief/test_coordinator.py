@@ -248,6 +248,31 @@ async def test_concurrent_proposals_are_committed_in_batches(running: tuple[Nats
     assert len(entries) < 160, "proposals waiting on a domain go into one log entry"
 
 
+async def test_proposals_in_one_batch_are_judged_on_each_other(running: tuple[NatsClient, TaskGroup]) -> None:
+    """Sent in one write, three proposals reach the coordinator together and form one
+    batch: the second repeats the first, the third completes what the first added."""
+    client, _ = running
+    domain = _domain()
+    ops = [AddPending(text="ship it"), AddPending(text="ship it"), Complete(item_id="p1", outcome="shipped")]
+    inbox = client.new_inbox()
+    answers = await client.subscribe(f"{inbox}.*")
+    for i, op in enumerate(ops):
+        proposal = Proposal(domain=domain, author="a", op=op, key=f"k{i}")
+        envelope = Envelope(type=MessageType.PROPOSAL, domain=domain, sender="a", body=proposal.model_dump(mode="json"))
+        await client.publish(subject(domain, Verb.PROPOSE), envelope.encode(), reply=f"{inbox}.{i}")
+    replies = {}
+    with anyio.fail_after(10):
+        for _ in ops:
+            msg = await answers.next_msg(timeout=10)
+            replies[msg.subject.rsplit(".", 1)[1]] = ReplyAdapter.validate_python(Envelope.decode(msg.data).body)
+    await answers.unsubscribe()
+    assert replies["0"] == Committed(revision=1)
+    assert isinstance(replies["1"], Rejection) and replies["1"].code is RejectionCode.DUPLICATE
+    assert replies["2"] == Committed(revision=2)
+    entries = [entry async for entry in BriefLog(client).txlog.read(subject(domain, Verb.TX))]
+    assert [[c.key for c in commits_of(entry)] for entry in entries] == [["k0", "k2"]]
+
+
 async def test_a_stale_coordinator_does_not_refuse_what_another_committed(
     running: tuple[NatsClient, TaskGroup],
 ) -> None:
