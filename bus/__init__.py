@@ -13,6 +13,7 @@ from bus._errors import BusError, BusUnavailable, CasConflict, LeaseHeld, Server
 from bus._event_loop import NO_UVLOOP_ENV, anyio_backend, event_loop_name, run_async, uses_uvloop
 from bus._kv import Bucket, BucketConfig, KvEntry
 from bus._leases import Lease, LeaseConfig, Leases
+from bus._retry import Retry
 from bus._rpc import Handler, Listener, Request, listen, publish, request, serve
 from bus._server import DEFAULT_SYNC_INTERVAL, EmbeddedServer, find_nats_server, free_port
 from bus._subjects import (
@@ -61,6 +62,7 @@ __all__ = [
     "PROPOSE_QUEUE",
     "SUBJECT_ROOT",
     "Request",
+    "Retry",
     "ServerError",
     "TX_STREAM",
     "TX_SUBJECTS",

@@ -46,6 +46,7 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext, api
 
 from bus._errors import BusError, BusUnavailable, CasConflict
+from bus._retry import Retry
 from bus._streams import TRANSIENT, ensure_stream
 from bus._subjects import TX_STREAM, TX_SUBJECTS, live_subject
 
@@ -159,11 +160,8 @@ class TxLog:
         headers = {MSG_ID: msg_id}
         if expected_last_subject_seq is not None:
             headers[EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_subject_seq)
-        delay = 0.05
-        # The deadline is checked by hand: a cancel scope with a timeout would cost
-        # ~20 µs on every append, in the latency of every commit.
-        give_up_at = anyio.current_time() + self.config.deadline
-        while (left := give_up_at - anyio.current_time()) > 0:
+        retry = Retry(self.config.deadline)
+        while (left := retry.left()) > 0:
             try:
                 ack = await self._js.publish(
                     subject,
@@ -184,8 +182,7 @@ class TxLog:
                 raise CasConflict(subject, expected_last_subject_seq, actual_sequence(exc)) from exc
             except TRANSIENT as exc:
                 log.debug("append to %s not acknowledged (%r); retrying", subject, exc)
-                await anyio.sleep(min(delay, left))
-                delay = min(delay * 2, 0.5)
+                await retry.pause()
         raise BusUnavailable(f"append to {subject} not acknowledged within {self.config.deadline:g}s")
 
     async def last_seq(self, subject: str) -> int:
@@ -315,7 +312,7 @@ class TxLog:
     # -- internals -----------------------------------------------------------------------
 
     async def _subscribe(self, subject_filter: str, start: int) -> JetStreamContext.PushSubscription:
-        delay = 0.05
+        retry = Retry(max_pause=1.0)
         while True:
             try:
                 return await self._js.subscribe(
@@ -327,12 +324,11 @@ class TxLog:
                 )
             except (*TRANSIENT, nats.js.errors.ServerError) as exc:
                 log.debug("cannot subscribe to %s yet (%r); retrying", subject_filter, exc)
-                await anyio.sleep(delay)
-                delay = min(delay * 2, 1.0)
+                await retry.pause()
 
     async def _read_retrying(self, subject: str, from_seq: int, direct_limit: int) -> AsyncGenerator[LogEntry, None]:
         """`read`, resumed after the last entry it yielded while the server is away."""
-        delay = 0.05
+        retry = Retry(max_pause=1.0)
         while True:
             try:
                 async for entry in self.read(subject, from_seq, direct_limit=direct_limit):
@@ -341,8 +337,7 @@ class TxLog:
                 return
             except BusUnavailable as exc:
                 log.debug("cannot read %s yet (%s); retrying", subject, exc)
-                await anyio.sleep(delay)
-                delay = min(delay * 2, 1.0)
+                await retry.pause()
 
     async def _moved_past(self, subject: str, seq: int) -> bool:
         """Whether `subject` has an entry after `seq`; False while that cannot be told."""
