@@ -97,8 +97,6 @@ class _Domain:
     """Set when something was queued or the domain was purged; the committer waits on it."""
     committer: bool = False
     """Whether the domain's committer task runs (parked while the queue is empty)."""
-    purged: bool = False
-    """Whether the domain was closed and purged: its committer ends once the queue is empty."""
     last_batch: int = 0
     """Proposals in the last batch: more than one means the domain is busy."""
     since_snapshot: int = 0
@@ -236,8 +234,8 @@ class Coordinator:
         try:
             while True:
                 if not cached.queue:
-                    if cached.purged:
-                        return
+                    if self._domains.get(cached.state.domain) is not cached:
+                        return  # purged: the domain is no longer cached
                     cached.wake = anyio.Event()
                     await cached.wake.wait()
                     continue
@@ -415,7 +413,6 @@ class Coordinator:
             return
         cached = self._domains.pop(domain, None)
         if cached is not None:
-            cached.purged = True
             cached.wake.set()  # its committer ends once the queue is empty
         log.info("closed domain %s purged after %.0fs", domain, self.config.close_grace)
 
