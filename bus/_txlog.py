@@ -217,22 +217,23 @@ class TxLog:
             next_seq = entry.seq + 1
         if next_seq > end:
             return
-        follower = self.follow(subject, next_seq)
-        try:
+        async with contextlib.aclosing(self.follow(subject, next_seq, until=end)) as follower:
             async for entry in follower:
                 yield entry
-                if entry.seq >= end:
-                    return
-        finally:
-            await follower.aclose()
 
-    async def follow(self, subject_filter: str, from_seq: int = 1) -> AsyncGenerator[LogEntry, None]:
-        """Yield every entry matching `subject_filter` from `from_seq` on, forever, in order.
+    async def follow(
+        self, subject_filter: str, from_seq: int = 1, *, until: int | None = None
+    ) -> AsyncGenerator[LogEntry, None]:
+        """Yield every entry matching `subject_filter` from `from_seq` on, in order: forever,
+        or up to the one at sequence `until`.
 
         Each entry is yielded exactly once, across disconnects and server restarts.
         Close the iterator (`aclose()`, or leave an `async with aclosing(...)`) to stop.
+        With `until`, it also ends early if the entries up to `until` are purged meanwhile.
         """
         next_seq = max(from_seq, 1)
+        if until is not None and next_seq > until:
+            return
         stall = self.config.idle_heartbeat * 3
         while True:
             sub = await self._subscribe(subject_filter, next_seq)
@@ -242,8 +243,13 @@ class TxLog:
                     try:
                         msg = await sub.next_msg(timeout=stall)
                     except nats.errors.TimeoutError:
-                        if await self._stalled(subject_filter, next_seq, reconnects):
-                            break
+                        if self._client.stats["reconnects"] != reconnects:
+                            break  # the server may have lost our ephemeral consumer
+                        unsent = await self._has_entry_from(subject_filter, next_seq)
+                        if unsent:
+                            break  # the consumer is dead, not idle
+                        if unsent is False and until is not None:
+                            return  # what was to come up to `until` is gone
                         continue
                     meta = msg.metadata
                     if meta.sequence.stream < next_seq:
@@ -257,6 +263,8 @@ class TxLog:
                         time=meta.timestamp,
                         pending=meta.num_pending,
                     )
+                    if until is not None and next_seq > until:
+                        return
             finally:
                 with anyio.CancelScope(shield=True):
                     await _unsubscribe(sub)
@@ -308,6 +316,8 @@ class TxLog:
             await self._js.purge_stream(self.config.stream, subject=subject)
         except nats.js.errors.APIError as exc:
             raise BusError(f"cannot purge {subject}: {exc.description}") from exc
+        except TRANSIENT as exc:
+            raise BusUnavailable(f"cannot purge {subject}: {exc!r}") from exc
 
     # -- internals -----------------------------------------------------------------------
 
@@ -346,17 +356,16 @@ class TxLog:
         except BusUnavailable:
             return False  # ask again after the next quiet spell
 
-    async def _stalled(self, subject_filter: str, next_seq: int, reconnects: int) -> bool:
-        """Whether a quiet subscription is dead rather than idle."""
-        if self._client.stats["reconnects"] != reconnects:
-            return True  # the server may have lost our ephemeral consumer
+    async def _has_entry_from(self, subject_filter: str, seq: int) -> bool | None:
+        """Whether the stream holds an entry of `subject_filter` at or after `seq`; None
+        while that cannot be told."""
         try:
-            await self._js.get_msg(self.config.stream, seq=next_seq, subject=subject_filter, next=True)
+            await self._js.get_msg(self.config.stream, seq=seq, subject=subject_filter, next=True)
         except nats.js.errors.NotFoundError:
-            return False  # nothing new: idle
+            return False
         except (*TRANSIENT, nats.js.errors.APIError):
-            return False  # cannot tell now; ask again after the next quiet spell
-        return True  # the stream has an entry we have not been sent
+            return None  # ask again after the next quiet spell
+        return True
 
     async def _find_own_append(self, subject: str, msg_id: str, expected: int) -> int | None:
         """Sequence of our own earlier attempt, if it is what moved `subject` on."""

@@ -53,6 +53,20 @@ async def test_read_of_an_empty_subject_is_empty(txlog: TxLog) -> None:
     assert await txlog.last_seq(_subject()) == 0
 
 
+async def test_a_read_ends_when_what_it_was_to_read_is_purged(nats_client: Client) -> None:
+    txlog = TxLog(nats_client, TxLogConfig(stream=f"T{uuid.uuid4().hex[:8]}", subjects=("t.>",), idle_heartbeat=0.1))
+    await txlog.ensure()
+    for i in range(10):
+        await txlog.append("t.a", b"x", f"m{i}")
+    read = []
+    with anyio.fail_after(10):
+        async for entry in txlog.read("t.a", direct_limit=2):
+            read.append(entry.seq)
+            if len(read) == 2:  # the rest comes through a consumer, which will see nothing
+                await txlog.purge("t.a")
+    assert read[:2] == [1, 2] and len(read) < 10
+
+
 async def test_repeated_msg_id_is_stored_once(txlog: TxLog) -> None:
     subject = _subject()
     first = await txlog.append(subject, b"x", "same-id")
