@@ -118,9 +118,9 @@ class BriefLog:
             state = self.apply_entry(state, entry)
         return state
 
-    async def is_current(self, state: BriefState) -> bool:
-        """Whether no entry has been appended to the domain's log since `state.seq`."""
-        return await self.txlog.last_seq(subject(state.domain, Verb.TX)) == state.seq
+    async def end(self, domain: Domain) -> int:
+        """Stream sequence of the domain's last log entry; 0 if its log is empty."""
+        return await self.txlog.last_seq(subject(domain, Verb.TX))
 
     async def follow(self, state: BriefState, on_state: Callable[[BriefState], object]) -> NoReturn:
         """Call `on_state` with the state after each new commit after `state.seq`, in log
@@ -162,10 +162,16 @@ class BriefLog:
         data = snap.encode(max_size=self._max_payload)
         await self.snapshots.put(kv_key(state.domain, SNAPSHOT_KEY), data)
 
-    async def purge(self, domain: Domain) -> None:
-        """Remove the domain's log and snapshot for good."""
-        await self.txlog.purge(subject(domain, Verb.TX))
-        await self.snapshots.purge_prefix(domain.subject_prefix)
+    async def purge(self, state: BriefState) -> None:
+        """Remove a closed domain's log for good, and replace its snapshot with what
+        `TaskBrief.purged` keeps, so that the domain stays closed.
+
+        `state` must be the domain's brief at the end of its log. The snapshot is of an
+        empty log (sequence 0), and goes first: whoever loads the domain between the two
+        steps replays the commits still there onto a brief past them, and finds it closed.
+        """
+        await self.snapshot(BriefState(state.brief.purged(), 0))
+        await self.txlog.purge(subject(state.domain, Verb.TX))
 
     @staticmethod
     def apply_entry(state: BriefState, entry: LogEntry) -> BriefState:

@@ -123,15 +123,6 @@ class Bucket:
             headers[EXPECTED_LAST_SUBJECT_SEQ] = str(expected_revision)
         await self._publish(key, b"", headers, expected_revision)
 
-    async def purge_prefix(self, prefix: str) -> None:
-        """Remove every key under `prefix.` for good (a closed domain's keys)."""
-        try:
-            await self._js.purge_stream(self.stream, subject=f"{self._prefix}{prefix}.>")
-        except nats.js.errors.APIError as exc:
-            raise BusError(f"cannot purge {self.config.name}/{prefix}.*: {exc.description}") from exc
-        except TRANSIENT as exc:
-            raise BusUnavailable(f"cannot purge {self.config.name}/{prefix}.*: {exc!r}") from exc
-
     async def keys(self, prefix: str = "") -> list[str]:
         """Keys with a live value, optionally under `prefix.`."""
         filter_subject = f"{self._prefix}{prefix}.>" if prefix else f"{self._prefix}>"

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
+from schemas import AUTHOR_MAX, UsageError
+
 __all__ = ["CoordinatorConfig", "DEFAULT_SNAPSHOT_EVERY", "DEFAULT_CAS_RETRIES"]
 
 DEFAULT_SNAPSHOT_EVERY: Final = 500
@@ -33,6 +35,11 @@ answered can join it (as PostgreSQL's `commit_delay`); never when the domain is 
 DEFAULT_MAX_BATCH: Final = 64
 """Proposals committed in one log entry at most; 64 bounded ops fit well in 1 MiB."""
 
+FOLD_AUTHOR_SUFFIX: Final = ":fold"
+"""Appended to the coordinator's id to author the folds it commits."""
+COORDINATOR_ID_MAX: Final = AUTHOR_MAX - len(FOLD_AUTHOR_SUFFIX)
+"""Longest coordinator id: it authors commits, and with `FOLD_AUTHOR_SUFFIX` folds."""
+
 
 def _default_id() -> str:
     return f"coord-{socket.gethostname()}-{os.getpid()}"
@@ -55,3 +62,14 @@ class CoordinatorConfig:
     """Token budget of the rendered brief; over it, old done items are folded. None: no budget."""
     count_tokens: Callable[[str], int] | None = None
     """Token counter for the budget (injected: the coordinator does not own a tokenizer)."""
+
+    def __post_init__(self) -> None:
+        # Checked here, not at the first commit: a bad id would fail every batch, silently
+        # for the proposers, who would only see their deadline pass.
+        if not self.coordinator_id.strip():
+            raise UsageError("the coordinator id is empty")
+        if len(self.coordinator_id) > COORDINATOR_ID_MAX:
+            raise UsageError(
+                f"the coordinator id is {len(self.coordinator_id)} characters long, "
+                f"over the limit of {COORDINATOR_ID_MAX}"
+            )

@@ -29,6 +29,7 @@ from bus import (
     CasConflict,
     NatsClient,
     Request,
+    Retry,
     Verb,
     all_domains,
     event_loop_name,
@@ -39,7 +40,7 @@ from bus import (
     subject,
 )
 from bus import request as bus_request
-from coordinator._config import CoordinatorConfig
+from coordinator._config import FOLD_AUTHOR_SUFFIX, CoordinatorConfig
 from coordinator._dead_letters import DeadLetters
 from coordinator._metrics import Metrics
 from schemas import (
@@ -71,9 +72,10 @@ STATUS_SUBJECT = "ctxbus.status"
 METRICS_SUBJECT = "ctxbus.metrics"
 """Request subject: every coordinator answers with Prometheus text."""
 
-_FOLD_AUTHOR_SUFFIX = "fold"
 _BACKOFF_STEP = 0.002
 """Seconds of random pause per lost compare-and-set, growing with each loss."""
+_PURGE_RETRY_MAX_PAUSE = 30.0
+"""Longest pause, in seconds, between attempts to purge a closed domain."""
 
 
 @dataclass
@@ -164,6 +166,11 @@ class Coordinator:
             await self._dead_letters.send(request, domain, type(exc).__name__, str(exc))
             await self._reply(request.reply, domain, Rejection(code=RejectionCode.INVALID_OP, reason=str(exc)))
             return
+        if envelope.type is not MessageType.PROPOSAL:
+            reason = f"a {envelope.type} envelope is not a proposal"
+            await self._dead_letters.send(request, domain, "wrong_type", reason)
+            await self._reply(request.reply, domain, Rejection(code=RejectionCode.INVALID_OP, reason=reason))
+            return
         if envelope.domain != domain:
             rejection = Rejection(
                 code=RejectionCode.WRONG_DOMAIN,
@@ -245,14 +252,11 @@ class Coordinator:
                 batch = cached.queue[: self.config.max_batch]
                 del cached.queue[: len(batch)]
                 cached.last_batch = len(batch)
+                committed = 0
                 try:
                     if not cached.loaded:
-                        cached.state = await self._log.load(cached.state.domain)
-                        cached.loaded = True
-                        log.info("loaded %s at revision %d", cached.state.domain, cached.state.brief.revision)
+                        await self._load(cached)
                     committed = await self._commit_batch(cached, batch)
-                    if committed:
-                        await self._after_commit(cached, committed)
                 except Exception as exc:  # the bus, or a bug: the next batch may fare better
                     self.metrics.error(f"{cached.state.domain}: a batch of {len(batch)} failed: {exc!r}")
                     log.log(
@@ -265,8 +269,17 @@ class Coordinator:
                     )
                 finally:
                     self._held -= len(batch)
+                if committed:
+                    await self._after_commit(cached, committed)
         finally:
             cached.committer = False
+
+    async def _load(self, cached: _Domain) -> None:
+        cached.state = await self._log.load(cached.state.domain)
+        cached.loaded = True
+        log.info("loaded %s at revision %d", cached.state.domain, cached.state.brief.revision)
+        if cached.state.brief.is_closed and await self._log.end(cached.state.domain):
+            self._schedule_purge(cached)  # whoever committed the close may have died since
 
     async def _commit_batch(self, cached: _Domain, batch: list[_Pending]) -> int:
         """Judge `batch` in order, append it and answer it; reload and redo on every CAS miss.
@@ -283,16 +296,16 @@ class Coordinator:
                 # with nothing to append, a refusal needs that proof some other way, or a
                 # coordinator that missed another's commits would refuse valid proposals.
                 refused = any(isinstance(pending.reply, Rejection) for pending in batch)
-                if refused and not await self._log.is_current(state):
-                    cached.state = await self._log.catch_up(state)
+                if refused and (end := await self._log.end(state.domain)) != state.seq:
+                    await self._refresh(cached, end)
                     continue
                 await self._answer(cached.state.domain, batch)
                 return 0
             try:
                 seq = await self._log.append(state, commits, sender=self.id)
-            except CasConflict:
+            except CasConflict as exc:
                 self.metrics.cas_retries += 1
-                cached.state = await self._log.catch_up(state)
+                await self._refresh(cached, exc.actual)
                 self._learn_owner(cached)
                 # Coordinators that lose a race to each other in step would keep losing;
                 # a random pause of up to a few appends breaks the lockstep.
@@ -317,6 +330,18 @@ class Coordinator:
             pending.reply = busy
         await self._answer(cached.state.domain, batch)
         return 0
+
+    async def _refresh(self, cached: _Domain, log_end: int | None) -> None:
+        """Bring the cached brief up to the domain's log, which ends at `log_end` if known.
+
+        A log that ends before the cached brief was purged under it (another coordinator
+        closed the domain): then only the snapshot tells what is left of it.
+        """
+        if log_end is not None and log_end < cached.state.seq:
+            log.info("%s: the log ends before the cached brief; reloading it", cached.state.domain)
+            cached.state = await self._log.load(cached.state.domain)
+        else:
+            cached.state = await self._log.catch_up(cached.state)
 
     def _judge(self, brief: TaskBrief, batch: list[_Pending]) -> tuple[TaskBrief, list[Commit]]:
         """Set each proposal's reply, judging each on the brief after the ones before it.
@@ -362,15 +387,22 @@ class Coordinator:
             log.info("%s: %s commits here too; passing its proposals to it", cached.state.domain, winner)
 
     async def _after_commit(self, cached: _Domain, count: int) -> None:
-        """Housekeeping commits can trigger: folding, snapshots, purge of a closed domain."""
-        await self._fold_if_over_budget(cached)
-        cached.since_snapshot += count
-        if cached.since_snapshot >= self.config.snapshot_every:
-            cached.since_snapshot = 0
-            await self._snapshot(cached.state)
-        if cached.state.brief.is_closed and not cached.purge_scheduled:
-            cached.purge_scheduled = True
-            self._task_group.start_soon(self._purge_later, cached.state.domain)
+        """Housekeeping commits can trigger: folding, snapshots, purge of a closed domain.
+
+        Each step reports its own failures and is tried again after a later commit; the
+        batch that triggered them is committed and answered whatever happens here.
+        """
+        try:
+            await self._fold_if_over_budget(cached)
+            cached.since_snapshot += count
+            if cached.since_snapshot >= self.config.snapshot_every:
+                cached.since_snapshot = 0
+                await self._snapshot(cached.state)
+            if cached.state.brief.is_closed:
+                self._schedule_purge(cached)
+        except Exception:  # a bug: keep serving, and show where
+            self.metrics.error(f"{cached.state.domain}: housekeeping after a commit failed")
+            log.exception("%s: housekeeping after a commit failed", cached.state.domain)
 
     async def _fold_if_over_budget(self, cached: _Domain) -> None:
         budget, count = self.config.brief_budget_tokens, self.config.count_tokens
@@ -381,17 +413,19 @@ class Coordinator:
             return
         proposal = Proposal(
             domain=cached.state.domain,
-            author=f"{self.id}:{_FOLD_AUTHOR_SUFFIX}",
+            author=f"{self.id}{FOLD_AUTHOR_SUFFIX}",
             op=op,
             key=f"fold-{cached.state.brief.revision + 1}",
         )
         commit = Commit.of(proposal, revision=cached.state.brief.revision + 1, ts=time.time(), committed_by=self.id)
         try:
-            seq = await self._log.append(cached.state, [commit], sender=self.id)
+            try:
+                seq = await self._log.append(cached.state, [commit], sender=self.id)
+            except CasConflict as exc:  # another writer folds or moves on: fold after its commit
+                await self._refresh(cached, exc.actual)
+                return
             cached.state = BriefState(apply(cached.state.brief, commit), seq)
             self.metrics.committed()
-        except CasConflict:
-            cached.state = await self._log.catch_up(cached.state)  # another writer folds or moves on
         except BusError as exc:  # the brief stays over budget until the next commit folds it
             self.metrics.error(f"fold of {cached.state.domain} failed: {exc}")
             log.warning("fold of %s failed: %s", cached.state.domain, exc)
@@ -399,20 +433,43 @@ class Coordinator:
     async def _snapshot(self, state: BriefState) -> None:
         try:
             await self._log.snapshot(state)
+        except PayloadTooLarge as exc:
+            self.metrics.error(f"snapshot of {state.domain} failed: {exc}")
+            log.error(
+                "the brief of %s is too large to snapshot (%s): agents that join replay its whole log. "
+                "Give coordinators a brief budget (--brief-budget) so that old done items are folded",
+                state.domain,
+                exc,
+            )
         except BusError as exc:  # a missed snapshot only makes the next join longer
             self.metrics.error(f"snapshot of {state.domain} failed: {exc}")
             log.warning("snapshot of %s failed: %s", state.domain, exc)
 
-    async def _purge_later(self, domain: Domain) -> None:
+    def _schedule_purge(self, cached: _Domain) -> None:
+        if not cached.purge_scheduled:
+            cached.purge_scheduled = True
+            self._task_group.start_soon(self._purge_later, cached)
+
+    async def _purge_later(self, cached: _Domain) -> None:
+        """Purge a closed domain after the grace, trying until the bus lets it."""
+        domain = cached.state.domain
         await anyio.sleep(self.config.close_grace)
-        try:
-            await self._log.purge(domain)
-        except BusError as exc:
-            self.metrics.error(f"purge of {domain} failed: {exc}")
-            log.warning("purge of closed domain %s failed: %s", domain, exc)
-            return
-        cached = self._domains.pop(domain, None)
-        if cached is not None:
+        retry = Retry(max_pause=_PURGE_RETRY_MAX_PAUSE)
+        while True:
+            try:
+                cached.state = await self._log.catch_up(cached.state)
+                await self._log.purge(cached.state)
+                break
+            except BusError as exc:
+                self.metrics.error(f"purge of {domain} failed: {exc}")
+                log.warning("purge of closed domain %s failed (%s); trying again", domain, exc)
+                await retry.pause()
+            except Exception:  # a bug: keep serving, and show where
+                self.metrics.error(f"purge of {domain} failed")
+                log.exception("purge of closed domain %s failed", domain)
+                return
+        if self._domains.get(domain) is cached:
+            del self._domains[domain]
             cached.wake.set()  # its committer ends once the queue is empty
         log.info("closed domain %s purged after %.0fs", domain, self.config.close_grace)
 

@@ -245,6 +245,19 @@ class TaskBrief(BriefModel):
         """Whether `close` has been committed."""
         return self.closed is not None
 
+    def purged(self) -> TaskBrief:
+        """What a closed domain keeps once its log is purged: revision, closure and
+        idempotency keys, none of its content.
+
+        Stored as the domain's last snapshot, it keeps the domain closed: without it, a
+        proposal after the purge would find no brief at all and start the task afresh
+        at revision 1, under replicas that still hold the old one. The keys let a
+        retried `close` still hear that it was committed.
+        """
+        if self.closed is None:
+            raise ValueError(f"the brief of {self.domain} is open: only a closed domain is purged")
+        return TaskBrief(domain=self.domain, revision=self.revision, closed=self.closed, applied_keys=self.applied_keys)
+
     def active_decisions(self) -> tuple[Decision, ...]:
         """Decisions not superseded, oldest first."""
         return tuple(d for d in self.decisions if d.superseded_by is None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
@@ -28,6 +29,7 @@ from bus import (
     run_async,
     subject,
 )
+from bus.testing import ServerFactory
 from coordinator import GLOBAL_DLQ, METRICS_SUBJECT, STATUS_SUBJECT, Coordinator, CoordinatorConfig
 from schemas import (
     AddDecision,
@@ -47,6 +49,8 @@ from schemas import (
     ReplyAdapter,
     SetGoal,
     TaskBrief,
+    UsageError,
+    apply,
     brief_hash,
 )
 from tests._support import running_coordinator
@@ -191,20 +195,97 @@ async def test_closed_domain_refuses_everything(running: tuple[NatsClient, TaskG
     assert await agent.propose(Close(reason="shipped"), key="close") == Committed(revision=1, duplicate=True)
 
 
-async def test_closed_domain_is_purged_after_the_grace(nats_url: str) -> None:
+async def test_closed_domain_is_purged_after_the_grace_and_stays_closed(nats_url: str) -> None:
     domain = _domain()
     async with running_coordinator(nats_url, coordinator_id="c2", close_grace=0.5, snapshot_every=1) as (client, _):
         agent = Proposer(client, domain, agent_id="a")
         await agent.propose(AddPending(text="last thing"))
-        assert await agent.propose(Close(reason="done")) == Committed(revision=2)
+        assert await agent.propose(Close(reason="done"), key="close") == Committed(revision=2)
         log = BriefLog(client)
-        assert (await log.load(domain)).brief.is_closed
-        with anyio.fail_after(10):  # the log goes first, the snapshot right after
-            while await log.txlog.last_seq(subject(domain, Verb.TX)) or (await log.load_snapshot(domain)).seq:
+        assert (await log.load(domain)).brief.pending
+        with anyio.fail_after(10):
+            while await log.end(domain):
                 await anyio.sleep(0.1)
             while any("_commit_queued" in task.name for task in anyio.get_running_tasks()):
                 await anyio.sleep(0.05)  # the domain's committer ends with it
-        assert (await log.load(domain)).brief.revision == 0
+        left = (await log.load(domain)).brief
+        assert (left.revision, left.is_closed, left.pending) == (2, True, ())
+        # Loaded afresh by the coordinator, the domain still refuses everything.
+        refused = await agent.propose(AddPending(text="after the purge"))
+        assert isinstance(refused, Rejection) and refused.code is RejectionCode.DOMAIN_CLOSED
+        assert await agent.propose(Close(reason="done"), key="close") == Committed(revision=2, duplicate=True)
+
+
+async def test_a_coordinator_that_missed_the_close_and_purge_refuses_to_reopen(
+    running: tuple[NatsClient, TaskGroup],
+) -> None:
+    client, _ = running
+    domain = _domain()
+    agent = Proposer(client, domain, agent_id="a")
+    assert await agent.propose(AddNote(text="warm the cache")) == Committed(revision=1)
+    # Another coordinator closes the domain and purges it behind this one's back.
+    log = BriefLog(client)
+    state = await log.load(domain)
+    close = Commit.of(
+        Proposal(domain=domain, author="b", op=Close(reason="shipped"), key="close"),
+        revision=2,
+        ts=0.0,
+        committed_by="other-coordinator",
+    )
+    seq = await log.append(state, [close], sender="other-coordinator")
+    await log.purge(BriefState(apply(state.brief, close), seq))
+    refused = await agent.propose(AddPending(text="start over"))
+    assert isinstance(refused, Rejection) and refused.code is RejectionCode.DOMAIN_CLOSED, refused
+    assert await log.end(domain) == 0, "nothing was appended to the purged log"
+
+
+async def test_a_purge_that_meets_an_outage_is_retried_and_the_coordinator_serves_on(
+    nats_server_factory: ServerFactory,
+) -> None:
+    server = nats_server_factory()
+    domain = _domain()
+    async with running_coordinator(server.url, coordinator_id="c-outage", close_grace=0.5) as (client, _):
+        agent = Proposer(client, domain, agent_id="a")
+        assert await agent.propose(Close(reason="done")) == Committed(revision=1)
+        await anyio.to_thread.run_sync(server.kill)
+        await anyio.sleep(2.0)  # the grace ends, the purge fails
+        await anyio.to_thread.run_sync(server.start)
+        log = BriefLog(client)
+        with anyio.fail_after(30):
+            while True:
+                with contextlib.suppress(BusUnavailable):
+                    if await log.end(domain) == 0:
+                        break
+                await anyio.sleep(0.2)
+        assert (await log.load(domain)).brief.is_closed
+        other = Proposer(client, _domain(), agent_id="b")
+        assert await other.propose(AddNote(text="still serving")) == Committed(revision=1)
+
+
+async def test_a_brief_too_large_to_snapshot_is_reported_and_housekeeping_goes_on(
+    nats_server_factory: ServerFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = nats_server_factory(max_payload=64 * 1024)
+    domain = _domain()
+    config = {"coordinator_id": "c-big", "snapshot_every": 1, "close_grace": 0.2}
+    async with running_coordinator(server.url, **config) as (client, _):
+        agent = Proposer(client, domain, agent_id="a")
+        for i in range(40):  # ~80 kB of notes: the brief outgrows a message
+            assert isinstance(await agent.propose(AddNote(text=f"{i} " + "n" * 1990)), Committed)
+        assert await agent.propose(Close(reason="done")) == Committed(revision=41)
+        log = BriefLog(client)
+        with anyio.fail_after(10):  # the purge, scheduled after the failed snapshot
+            while await log.end(domain):
+                await anyio.sleep(0.1)
+    assert "too large to snapshot" in caplog.text and "--brief-budget" in caplog.text
+    assert "proposals failed" not in caplog.text, "a committed batch is not reported as failed"
+
+
+def test_a_coordinator_id_too_long_for_its_commits_is_refused_up_front() -> None:
+    with pytest.raises(UsageError, match="over the limit"):
+        CoordinatorConfig(coordinator_id="c" * 200)
+    with pytest.raises(UsageError, match="empty"):
+        CoordinatorConfig(coordinator_id=" ")
 
 
 async def test_follow_reports_how_far_behind_it_is(running: tuple[NatsClient, TaskGroup]) -> None:
