@@ -165,6 +165,19 @@ async def test_bad_input_is_rejected_dead_lettered_and_service_goes_on(
     assert isinstance(answer, Rejection) and answer.code is RejectionCode.FIELD_TOO_LONG
     assert "5,000 characters long" in answer.reason
 
+    not_a_proposal = Envelope(
+        type=MessageType.SNAPSHOT,
+        domain=domain,
+        sender="a",
+        body={"domain": str(domain), "author": "a", "key": "k2", "op": {"op": "add_note", "text": "sneaked in"}},
+    )
+    answer = ReplyAdapter.validate_python(
+        Envelope.decode(await request(client, propose, not_a_proposal.encode(), timeout=5)).body
+    )
+    assert isinstance(answer, Rejection) and answer.code is RejectionCode.INVALID_OP
+    assert "snapshot envelope is not a proposal" in answer.reason
+    assert Envelope.decode((await dlq.next_msg(timeout=5)).data).body["reason"] == "wrong_type"
+
     other = Envelope(type=MessageType.PROPOSAL, domain=_domain(), sender="a", body={})
     answer = ReplyAdapter.validate_python(
         Envelope.decode(await request(client, propose, other.encode(), timeout=5)).body
