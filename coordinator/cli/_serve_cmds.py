@@ -113,7 +113,7 @@ async def _run(server: EmbeddedServer, config: CoordinatorConfig | None) -> None
         console.print(f"data dir: {server.data_dir}")
         if config is None:
             console.print("press Ctrl-C to stop")
-            await _until_signal_or_exit(server)
+            await _until_stopped(server)
         else:
             await _serve(BusConfig(servers=[server.url], name=config.coordinator_id), config, server)
     finally:
@@ -124,6 +124,7 @@ async def _run(server: EmbeddedServer, config: CoordinatorConfig | None) -> None
 
 async def _serve(bus: BusConfig, config: CoordinatorConfig, server: EmbeddedServer | None = None) -> None:
     client = await connect(bus)
+    server_died = False
     try:
         async with anyio.create_task_group() as tg:
             await tg.start(Coordinator(client, config).run)
@@ -131,24 +132,44 @@ async def _serve(bus: BusConfig, config: CoordinatorConfig, server: EmbeddedServ
                 f"coordinator {config.coordinator_id} serving {', '.join(bus.servers)} (event loop: {event_loop_name()})"
             )
             console.print("press Ctrl-C to stop")
-            await _until_signal_or_exit(server)
+            server_died = not await _until_signal(server)
             tg.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
             await client.close()
+    if server_died:
+        raise _died(server)
 
 
-async def _until_signal_or_exit(server: EmbeddedServer | None) -> None:
-    """Return on SIGINT/SIGTERM, or raise if the embedded server dies under us."""
+async def _until_stopped(server: EmbeddedServer) -> None:
+    """Return on SIGINT/SIGTERM; raise if the embedded server dies first."""
+    if not await _until_signal(server):
+        raise _died(server)
+
+
+async def _until_signal(server: EmbeddedServer | None) -> bool:
+    """Wait for SIGINT/SIGTERM (True) or, if there is one, the embedded server's death (False).
+
+    Returns rather than raises, so that callers raise outside their task groups: the
+    error then reaches the user as one line, not wrapped in an exception group.
+    """
+    signalled = False
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with anyio.create_task_group() as tg:
 
             async def watch() -> None:
                 while server is None or server.running:
                     await anyio.sleep(0.5)
-                raise ServerError(f"nats-server exited unexpectedly; see {server.log_path}")
+                tg.cancel_scope.cancel()
 
             tg.start_soon(watch)
             async for _ in signals:
+                signalled = True
                 tg.cancel_scope.cancel()
-                return
+                break
+    return signalled
+
+
+def _died(server: EmbeddedServer | None) -> ServerError:
+    where = f"; see {server.log_path}" if server is not None else ""
+    return ServerError(f"nats-server exited unexpectedly{where}")

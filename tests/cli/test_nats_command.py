@@ -89,3 +89,31 @@ def test_unreachable_server_is_one_line_with_a_hint(tmp_path: Path) -> None:
     assert len(lines) == 1, err
     assert lines[0].startswith("ctxbus: error: could not connect to nats://127.0.0.1:9")
     assert "`ctxbus up` starts a local one" in lines[0]
+
+
+def _children(pid: int) -> list[int]:
+    """Pids of the processes whose parent is `pid` (Linux: read from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.parametrize("command", ["nats", "up"])
+def test_a_dead_embedded_server_is_one_line(command: str, tmp_path: Path) -> None:
+    proc = _ctxbus(command, "--port", "0", env_dir=tmp_path)
+    assert proc.stdout is not None
+    while "press Ctrl-C to stop" not in (line := proc.stdout.readline()):
+        assert line, "the command ended before it was ready"
+    (server_pid,) = _children(proc.pid)
+    os.kill(server_pid, signal.SIGKILL)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 1
+    lines = err.strip().splitlines()
+    assert lines[-1].startswith("ctxbus: error: nats-server exited unexpectedly; see "), err
+    assert "Traceback" not in err and "ExceptionGroup" not in err
