@@ -22,7 +22,7 @@ from coordinator.cli._common import (
     console,
     print_json,
 )
-from schemas import BriefOpAdapter, Commit, Committed, Domain, brief_hash, render_brief
+from schemas import BriefOpAdapter, Commit, Committed, Domain, WireError, brief_hash, render_brief
 
 __all__: list[str] = []
 
@@ -130,15 +130,25 @@ async def _log(urls: str, domain: Domain, follow: bool, as_json: bool) -> None:
     txlog = TxLog(client)
     entries = txlog.follow(subject(domain, Verb.TX)) if follow else txlog.read(subject(domain, Verb.TX))
     table = _log_table()
+
+    def emit(record: dict[str, Any], row: tuple[str, str, str, str]) -> None:
+        if as_json:  # JSON Lines: one compact object per commit, for pipes
+            typer.echo(json.dumps(record))
+        elif follow:
+            console.print(*row)
+        else:
+            table.add_row(*row)
+
     try:
         async for entry in entries:
-            for commit in commits_of(entry):
-                if as_json:  # JSON Lines: one compact object per commit, for pipes
-                    typer.echo(json.dumps({"seq": entry.seq, **commit.model_dump(mode="json")}))
-                elif follow:
-                    console.print(*_log_row(commit))
-                else:
-                    table.add_row(*_log_row(commit))
+            try:
+                commits = commits_of(entry)
+            except (WireError, ValidationError) as exc:  # every replica skips it too
+                reason = " ".join(str(exc).split())
+                emit({"seq": entry.seq, "skipped": reason}, ("-", "", "skipped", f"log entry {entry.seq}: {reason}"))
+                continue
+            for commit in commits:
+                emit({"seq": entry.seq, **commit.model_dump(mode="json")}, _log_row(commit))
     finally:
         await entries.aclose()
         await client.close()

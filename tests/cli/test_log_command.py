@@ -1,0 +1,39 @@
+"""`ctxbus log` over a log that holds an entry no replica can read."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+
+import anyio.to_thread
+
+from agents.brief import Proposer
+from bus import TxLog, Verb, subject
+from schemas import AddPending, Domain
+from tests._support import running_coordinator
+
+
+async def test_log_shows_a_malformed_entry_as_skipped_and_goes_on(nats_url: str) -> None:
+    domain = Domain.parse(f"u{uuid.uuid4().hex[:8]}/s/t")
+    async with running_coordinator(nats_url, coordinator_id="c-log") as (client, _):
+        agent = Proposer(client, domain, agent_id="a")
+        await agent.propose(AddPending(text="before"))
+        junk = await TxLog(client).append(subject(domain, Verb.TX), b"\x81\xa1v\x09", "junk-1")  # a foreign writer's
+        await agent.propose(AddPending(text="after"))
+
+    def ctxbus_log(*extra: str) -> subprocess.CompletedProcess[str]:
+        args = [sys.executable, "-m", "coordinator.cli", "log", "-d", str(domain), "--nats", nats_url, *extra]
+        return subprocess.run(args, capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
+
+    table = await anyio.to_thread.run_sync(ctxbus_log)
+    assert table.returncode == 0, table.stderr
+    assert "before" in table.stdout and "after" in table.stdout
+    assert f"log entry {junk}: unsupported envelope version 9" in table.stdout
+
+    as_json = await anyio.to_thread.run_sync(ctxbus_log, "--json")
+    lines = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert [line.get("revision") for line in lines] == [1, None, 2]
+    assert lines[1]["seq"] == junk and lines[1]["skipped"].startswith("unsupported envelope version 9")
