@@ -249,16 +249,7 @@ class EmbeddedServer(ProcessGroup):
 
     def stop(self, timeout: float = DEFAULT_STOP_TIMEOUT) -> None:
         """Stop gracefully with SIGTERM, then SIGKILL if it outlives `timeout` seconds."""
-        process = self._process
-        if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                log.warning("nats-server ignored SIGTERM for %.1fs; killing it", timeout)
-                process.kill()
-                process.wait()
-        self._process = None
+        self._terminate(timeout)
         if self._owns_data_dir and self._data_dir is not None:
             shutil.rmtree(self._data_dir, ignore_errors=True)
             self._data_dir = None
@@ -274,12 +265,24 @@ class EmbeddedServer(ProcessGroup):
         """Stop (or kill, with `hard`) and start again on the same port and store."""
         if hard:
             self.kill()
-        elif self._process is not None and self._process.poll() is None:
-            self._process.send_signal(signal.SIGTERM)
-            self._process.wait(DEFAULT_STOP_TIMEOUT)
+        else:
+            self._terminate(DEFAULT_STOP_TIMEOUT)
         self.start()
 
     # -- internals -----------------------------------------------------------------------
+
+    def _terminate(self, timeout: float) -> None:
+        """SIGTERM, then SIGKILL if the process outlives `timeout` seconds; keeps the store."""
+        process = self._process
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                log.warning("nats-server ignored SIGTERM for %.1fs; killing it", timeout)
+                process.kill()
+                process.wait()
+        self._process = None
 
     def _render_config(self) -> str:
         port = self._port if self._port else -1  # -1: nats-server picks a free port
