@@ -137,7 +137,6 @@ async def connect(config: BusConfig, *, deadline: float | None = DEFAULT_CONNECT
     that the client reconnects without limit.
 
     :raises BusUnavailable: if no server accepted the connection before the deadline.
-    :raises UsageError: (via pydantic) on an invalid config.
     """
     if not config.servers:
         raise BusUnavailable("no NATS server URL configured; start the embedded one with `ctxbus nats`")

@@ -62,7 +62,9 @@ class Commit(BriefModel):
     author: AuthorId
     """The proposing agent."""
     key: IdempotencyKey
-    """The proposal's idempotency key, also used as the log message id."""
+    """The proposal's idempotency key. The brief remembers it (`applied_keys`), so a
+    retry is answered as a duplicate; the log entry's message id is a digest of its
+    batch's keys (`bus.batch_msg_id`), so a retried append is stored once."""
     ts: float
     """Commit time by the coordinator's clock, Unix seconds. Informational: the brief
     does not depend on it, so replicas agree even if a retried append changed it."""
