@@ -22,7 +22,7 @@ from nats.aio.client import Client
 from nats.js import api
 
 from bus._errors import BusError, BusUnavailable, CasConflict
-from bus._streams import TRANSIENT, ensure_stream
+from bus._streams import RECOVERING, TRANSIENT, ensure_stream
 from bus._txlog import EXPECTED_LAST_SUBJECT_SEQ, WRONG_LAST_SEQUENCE, actual_sequence
 from schemas import UsageError
 
@@ -94,8 +94,10 @@ class Bucket:
             msg = await self._js.get_msg(self.stream, subject=self._prefix + key, direct=True)
         except nats.js.errors.NotFoundError:
             return None
-        except TRANSIENT as exc:
+        except RECOVERING as exc:
             raise BusUnavailable(f"cannot read {self.config.name}/{key}: {exc!r}") from exc
+        except nats.js.errors.APIError as exc:
+            raise BusError(f"cannot read {self.config.name}/{key}: {exc.description}") from exc
         deleted = (msg.headers or {}).get(KV_OPERATION) in _TOMBSTONES
         return KvEntry(key, int(msg.seq or 0), None if deleted else (msg.data or b""))
 
@@ -144,12 +146,12 @@ class Bucket:
     async def _publish(self, key: str, payload: bytes, headers: dict[str, str], expected: int | None) -> int:
         try:
             ack = await self._js.publish(self._prefix + key, payload, stream=self.stream, headers=headers or None)
-        except nats.js.errors.BadRequestError as exc:
+        except RECOVERING as exc:
+            raise BusUnavailable(f"write to {self.config.name}/{key} not acknowledged: {exc!r}") from exc
+        except nats.js.errors.APIError as exc:
             if exc.err_code == WRONG_LAST_SEQUENCE:
                 raise CasConflict(key, expected or 0, actual_sequence(exc)) from exc
             raise BusError(f"write to {self.config.name}/{key} refused: {exc.description}") from exc
-        except TRANSIENT as exc:
-            raise BusUnavailable(f"write to {self.config.name}/{key} not acknowledged: {exc!r}") from exc
         return int(ack.seq)
 
 

@@ -10,7 +10,7 @@ from nats.js import JetStreamContext, api
 
 from bus._errors import BusError, BusUnavailable
 
-__all__ = ["TRANSIENT", "ensure_stream", "STREAM_NAME_IN_USE"]
+__all__ = ["RECOVERING", "TRANSIENT", "ensure_stream", "STREAM_NAME_IN_USE"]
 
 STREAM_NAME_IN_USE: Final = 10058
 """err_code of add_stream when the stream exists with another config."""
@@ -25,6 +25,11 @@ TRANSIENT = (
 )
 """nats-py errors that mean "no answer now" (server down, restarting, electing), as
 opposed to a refusal: the request may or may not have been carried out."""
+
+RECOVERING = (*TRANSIENT, nats.js.errors.ServerError)
+"""`TRANSIENT`, and the 500s JetStream answers while it recovers after a restart: worth
+retrying for a request that is safe to repeat (a read, or a write with a message id or
+an expected sequence)."""
 
 
 async def ensure_stream(js: JetStreamContext, config: api.StreamConfig) -> None:

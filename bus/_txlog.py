@@ -47,7 +47,7 @@ from nats.js import JetStreamContext, api
 
 from bus._errors import BusError, BusUnavailable, CasConflict
 from bus._retry import Retry
-from bus._streams import TRANSIENT, ensure_stream
+from bus._streams import RECOVERING, TRANSIENT, ensure_stream
 from bus._subjects import TX_STREAM, TX_SUBJECTS, live_subject
 
 __all__ = ["TxLog", "TxLogConfig", "LogEntry"]
@@ -180,9 +180,11 @@ class TxLog:
                 if stored is not None:
                     return stored
                 raise CasConflict(subject, expected_last_subject_seq, actual_sequence(exc)) from exc
-            except TRANSIENT as exc:
+            except RECOVERING as exc:  # a repeat is safe: the message id dedupes it
                 log.debug("append to %s not acknowledged (%r); retrying", subject, exc)
                 await retry.pause()
+            except nats.js.errors.APIError as exc:
+                raise BusError(f"append to {subject} refused: {exc.description}") from exc
         raise BusUnavailable(f"append to {subject} not acknowledged within {self.config.deadline:g}s")
 
     async def last_seq(self, subject: str) -> int:
@@ -191,7 +193,7 @@ class TxLog:
             raw = await self._js.get_msg(self.config.stream, subject=subject, direct=True)
         except nats.js.errors.NotFoundError:
             return 0
-        except (*TRANSIENT, nats.js.errors.ServerError) as exc:  # a 500 while JetStream recovers
+        except RECOVERING as exc:
             raise BusUnavailable(f"cannot read the last sequence of {subject}: {exc!r}") from exc
         return int(raw.seq or 0)
 
@@ -332,7 +334,7 @@ class TxLog:
                     idle_heartbeat=self.config.idle_heartbeat,
                     config=api.ConsumerConfig(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start),
                 )
-            except (*TRANSIENT, nats.js.errors.ServerError) as exc:
+            except RECOVERING as exc:
                 log.debug("cannot subscribe to %s yet (%r); retrying", subject_filter, exc)
                 await retry.pause()
 
@@ -381,7 +383,7 @@ class TxLog:
             raw = await self._js.get_msg(self.config.stream, seq=seq, subject=subject, next=True, direct=True)
         except nats.js.errors.NotFoundError:
             return None
-        except (*TRANSIENT, nats.js.errors.ServerError) as exc:  # a 500 while JetStream recovers
+        except RECOVERING as exc:
             raise BusUnavailable(f"cannot read {subject} from sequence {seq}: {exc!r}") from exc
         return LogEntry(
             seq=int(raw.seq or 0),
