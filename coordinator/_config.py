@@ -35,6 +35,10 @@ answered can join it (as PostgreSQL's `commit_delay`); never when the domain is 
 DEFAULT_MAX_BATCH: Final = 64
 """Proposals committed in one log entry at most; 64 bounded ops fit well in 1 MiB."""
 
+DEFAULT_IDLE_EVICT: Final = 600.0
+"""Seconds a domain goes without proposals before its cached brief is dropped; the next
+proposal loads it again (snapshot plus the log after it)."""
+
 FOLD_AUTHOR_SUFFIX: Final = ":fold"
 """Appended to the coordinator's id to author the folds it commits."""
 COORDINATOR_ID_MAX: Final = AUTHOR_MAX - len(FOLD_AUTHOR_SUFFIX)
@@ -58,6 +62,7 @@ class CoordinatorConfig:
     max_batch: int = DEFAULT_MAX_BATCH
     batch_linger: float = DEFAULT_BATCH_LINGER
     forward_timeout: float = DEFAULT_FORWARD_TIMEOUT
+    idle_evict: float = DEFAULT_IDLE_EVICT
     brief_budget_tokens: int | None = None
     """Token budget of the rendered brief; over it, old done items are folded. None: no budget."""
     count_tokens: Callable[[str], int] | None = None
@@ -73,3 +78,5 @@ class CoordinatorConfig:
                 f"the coordinator id is {len(self.coordinator_id)} characters long, "
                 f"over the limit of {COORDINATOR_ID_MAX}"
             )
+        if not self.idle_evict > 0:
+            raise UsageError(f"idle_evict must be a positive number of seconds, got {self.idle_evict!r}")

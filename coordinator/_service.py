@@ -99,6 +99,10 @@ class _Domain:
     """Set when something was queued or the domain was purged; the committer waits on it."""
     committer: bool = False
     """Whether the domain's committer task runs (parked while the queue is empty)."""
+    parked: bool = False
+    """Whether the committer waits for work (no batch under way)."""
+    last_used: float = field(default_factory=time.monotonic)
+    """When a proposal for the domain last came in (`time.monotonic`)."""
     last_batch: int = 0
     """Proposals in the last batch: more than one means the domain is busy."""
     since_snapshot: int = 0
@@ -134,6 +138,7 @@ class Coordinator:
             await tg.start(partial(listen, self._client, routed(all_domains(Verb.PROPOSE), self.id), self._take))
             await tg.start(partial(serve, self._client, STATUS_SUBJECT, self._on_status))
             await tg.start(partial(serve, self._client, METRICS_SUBJECT, self._on_metrics))
+            tg.start_soon(self._evict_idle_domains)
             log.info("coordinator %s serving proposals (event loop: %s)", self.id, event_loop_name())
             task_status.started()
 
@@ -152,6 +157,8 @@ class Coordinator:
             await self._dead_letters.send(request, None, "bad_subject", f"{request.subject!r} names no valid domain")
             return
         cached = self._domains.get(domain)
+        if cached is not None:
+            cached.last_used = time.monotonic()
         if self._held >= self.config.max_in_flight:
             busy = f"coordinator {self.id} holds {self._held} proposals already; retry"
             await self._reply(request.reply, domain, Rejection(code=RejectionCode.BUSY, reason=busy))
@@ -242,9 +249,13 @@ class Coordinator:
             while True:
                 if not cached.queue:
                     if self._domains.get(cached.state.domain) is not cached:
-                        return  # purged: the domain is no longer cached
+                        return  # purged or evicted: the domain is no longer cached
                     cached.wake = anyio.Event()
-                    await cached.wake.wait()
+                    cached.parked = True
+                    try:
+                        await cached.wake.wait()
+                    finally:
+                        cached.parked = False
                     continue
                 if cached.last_batch > 1 and self.config.batch_linger > 0:
                     # Under load, those just answered are about to propose again: let them in.
@@ -472,6 +483,22 @@ class Coordinator:
             del self._domains[domain]
             cached.wake.set()  # its committer ends once the queue is empty
         log.info("closed domain %s purged after %.0fs", domain, self.config.close_grace)
+
+    async def _evict_idle_domains(self) -> None:
+        """Drop domains idle for `idle_evict` seconds from the cache, so that a long-lived
+        coordinator holds the briefs of active domains only, not of every one it served."""
+        while True:
+            await anyio.sleep(self.config.idle_evict / 2)
+            cutoff = time.monotonic() - self.config.idle_evict
+            idle = [
+                domain
+                for domain, cached in self._domains.items()
+                if cached.last_used < cutoff and not cached.queue and (cached.parked or not cached.committer)
+            ]
+            for domain in idle:
+                self._domains.pop(domain).wake.set()  # a parked committer ends
+            if idle:
+                log.info("dropped %d idle domains from the cache; %d remain", len(idle), len(self._domains))
 
     async def _reply(self, reply_to: str | None, domain: Domain, reply: Reply) -> None:
         if isinstance(reply, Rejection):

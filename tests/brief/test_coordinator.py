@@ -294,6 +294,24 @@ async def test_a_brief_too_large_to_snapshot_is_reported_and_housekeeping_goes_o
     assert "proposals failed" not in caplog.text, "a committed batch is not reported as failed"
 
 
+async def test_idle_domains_leave_the_cache_and_come_back_on_the_next_proposal(nats_url: str) -> None:
+    domains = [_domain() for _ in range(5)]
+    async with running_coordinator(nats_url, coordinator_id="c-idle", idle_evict=0.3) as (client, _):
+        for domain in domains:
+            assert await Proposer(client, domain, agent_id="a").propose(AddNote(text="one")) == Committed(revision=1)
+        with anyio.fail_after(10):
+            while set(json.loads(await request(client, STATUS_SUBJECT, b"", timeout=5))["domains"]) & {
+                str(d) for d in domains
+            }:
+                await anyio.sleep(0.1)
+            while any("_commit_queued" in task.name for task in anyio.get_running_tasks()):
+                await anyio.sleep(0.05)  # their committers end with them
+        again = Proposer(client, domains[0], agent_id="a")
+        assert await again.propose(AddNote(text="two")) == Committed(revision=2)
+        repeated = await again.propose(AddNote(text="one"))  # judged on the brief reloaded from the log
+        assert isinstance(repeated, Rejection) and repeated.code is RejectionCode.DUPLICATE
+
+
 def test_a_coordinator_id_too_long_for_its_commits_is_refused_up_front() -> None:
     with pytest.raises(UsageError, match="over the limit"):
         CoordinatorConfig(coordinator_id="c" * 200)
