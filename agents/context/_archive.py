@@ -88,13 +88,18 @@ def compact_form(
 def read_lines(content: str, *, lines: tuple[int, int] | None = None, query: str | None = None) -> str:
     """Numbered lines of `content`: a 1-based inclusive range, or those matching `query`.
 
-    :raises UsageError: for an empty or inverted range, or a query with no words.
+    A range may run past the last line (it is cut there) but not start past it.
+
+    :raises UsageError: for an empty or inverted range, one starting past the last line,
+        or a query with no words.
     """
     all_lines = content.splitlines()
     if lines is not None:
         start, end = lines
         if start < 1 or end < start:
             raise UsageError(f"line range must be 1 <= start <= end, got {lines!r}")
+        if start > len(all_lines):
+            raise UsageError(f"line range {lines!r} starts past the end: the message has {len(all_lines):,} lines")
         picked = list(enumerate(all_lines[start - 1 : end], start))
     elif query is not None:
         terms = [t.lower() for t in _WORD.findall(query)]
@@ -165,26 +170,36 @@ _ERROR_WORDS = (
 
 
 def error_line_numbers(content: str, skip: set[int], limit: int) -> list[int]:
-    """1-based numbers of the first `limit` lines with an error (lines in `skip` excluded)."""
+    """1-based numbers of the first `limit` lines with an error (lines in `skip` excluded).
+
+    Per word, only lines that `ERROR_LINE` confirms count toward the cap: a log full of
+    "0 errors" must not hide the one real `ERROR:` line after it. `limit + len(skip)`
+    confirmed lines per word are enough, since any earlier confirmed line is either
+    skipped or itself among the first `limit`.
+    """
     if limit <= 0:
         return []
     lower = content.lower()
-    starts: set[int] = set()
+    cap = limit + len(skip)
+    verdicts: dict[int, bool] = {}  # line start -> does ERROR_LINE match it (checked once per line)
     for word in _ERROR_WORDS:
         pos = lower.find(word)
-        hits = 0
-        while pos != -1 and hits < 4 * limit + len(skip):
-            starts.add(lower.rfind("\n", 0, pos) + 1)
-            hits += 1
+        confirmed = 0
+        while pos != -1 and confirmed < cap:
+            start = lower.rfind("\n", 0, pos) + 1
             line_end = lower.find("\n", pos)
+            verdict = verdicts.get(start)
+            if verdict is None:
+                end = len(content) if line_end == -1 else line_end
+                verdict = verdicts[start] = ERROR_LINE.search(content, start, end) is not None
+            confirmed += verdict
             pos = -1 if line_end == -1 else lower.find(word, line_end)
     found: list[int] = []
     line, counted_to = 1, 0
-    for start in sorted(starts):
+    for start in sorted(start for start, verdict in verdicts.items() if verdict):
         line += content.count("\n", counted_to, start)
         counted_to = start
-        end = content.find("\n", start)
-        if line not in skip and ERROR_LINE.search(content, start, len(content) if end == -1 else end):
+        if line not in skip:
             found.append(line)
             if len(found) == limit:
                 break

@@ -22,6 +22,7 @@ __all__ = [
     "constraint_text",
     "facts",
     "has_constraint",
+    "rule_span",
     "score_unit",
     "split_units",
 ]
@@ -152,23 +153,40 @@ def score_unit(unit: str) -> float:
 
 def has_constraint(text: str) -> bool:
     """Whether any trigger (English, Chinese or a numeric limit) occurs in `text`."""
-    if _NON_ENGLISH.search(text):
-        return True
+    return _trigger(text) is not None
+
+
+def rule_span(text: str) -> Span | None:
+    """Where the first negation or constraint trigger of `text` is, if any.
+
+    Summaries that must shorten a unit keep the clause around it: the facts alone would
+    turn "we should not deploy X" into "X".
+    """
+    found = [m for m in (_NEGATION.search(text), _trigger(text)) if m is not None]
+    return min(found, key=lambda m: m.start()).span() if found else None
+
+
+def _trigger(text: str) -> re.Match[str] | None:
+    """A constraint trigger in `text` (not necessarily the first English one), or None."""
+    match = _NON_ENGLISH.search(text)
+    if match:
+        return match
     window_start = window_end = -1
-    for match in _ASCII_WORD.finditer(text):
-        if match.group().lower() not in _GATE_WORDS:
+    for word in _ASCII_WORD.finditer(text):
+        if word.group().lower() not in _GATE_WORDS:
             continue
-        start = max(0, match.start() - _WINDOW_BEFORE)
+        start = max(0, word.start() - _WINDOW_BEFORE)
         if start > window_end >= 0:
-            if _TRIGGER.search(text, window_start, window_end):
-                return True
+            match = _TRIGGER.search(text, window_start, window_end)
+            if match:
+                return match
             window_start = -1
         if window_start < 0:
             window_start = start
         # End the window at a space so no word is cut (a cut word could fake a `\b`).
-        end = text.find(" ", match.end() + _WINDOW_AFTER)
+        end = text.find(" ", word.end() + _WINDOW_AFTER)
         window_end = len(text) if end == -1 else end
-    return window_start >= 0 and _TRIGGER.search(text, window_start, window_end) is not None
+    return _TRIGGER.search(text, window_start, window_end) if window_start >= 0 else None
 
 
 def split_units(text: str) -> list[str]:

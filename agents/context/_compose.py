@@ -292,7 +292,8 @@ class _Run:
         """Summarize what was just evicted, promote constraints found in it, fit the summary."""
         if not self.batch:
             return
-        batch, self.batch = self.batch, []
+        # Evicted by value, but summarized (and ranged) oldest first, as `Summarizer` promises.
+        batch, self.batch = sorted(self.batch, key=lambda e: e.tag), []
         text = self.summarizer.summarize([e.to_message() for e in batch])
         if text.strip():
             self.st.add_summary(batch[0].tag, batch[-1].tag, text)
@@ -319,7 +320,7 @@ class _Run:
                 if not text.strip() or tokens >= first.tokens + second.tokens:
                     self._drop_summary(0)
                     continue
-                st.update_summary(first, text, tokens, second.last_tag)
+                st.update_summary(first, text, tokens, second.first_tag, second.last_tag)
                 st.remove_summary(1)
             else:
                 only = st.summaries[0]
@@ -329,7 +330,7 @@ class _Run:
                 if not tokens or tokens > target:
                     self._drop_summary(0)
                     continue
-                st.update_summary(only, text, tokens, only.last_tag)
+                st.update_summary(only, text, tokens, only.first_tag, only.last_tag)
             self.merges += 1
 
     def count_once(self, text: str) -> int:

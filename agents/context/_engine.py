@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -15,7 +16,7 @@ from agents.context._errors import ContextClosed, DomainMismatch, InvalidMessage
 from agents.context._modes import ModeDescriptor, lookup_mode, resolve_modes
 from agents.context._records import ConstraintRecord, Entry, SummaryEntry
 from agents.context._report import Composition, LayerView, TailItem, logger
-from agents.context._state import ContextState
+from agents.context._state import ContextState, check_message
 from agents.context._store import Store
 from agents.context._summary import ExtractiveSummarizer, Summarizer
 from agents.context._tokens import Tokenizer
@@ -158,16 +159,17 @@ class LocalContext:
         return entry.tag
 
     def extend(self, messages: Iterable[Mapping[str, Any]]) -> list[int]:
-        """`add` each mapping (keys as `add`'s parameters) and return their tags."""
-        out: list[int] = []
-        for item in messages:
-            fields = dict(item)
-            try:
-                role, content = fields.pop("role"), fields.pop("content")
-            except KeyError as exc:
-                raise InvalidMessage(f"message {item!r} has no {exc.args[0]!r}") from None
-            out.append(self.add(role, content, **fields))
-        return out
+        """`add` each mapping (keys as `add`'s parameters) and return their tags.
+
+        All or nothing: every item is checked before the first is added, so a bad item
+        does not leave half a batch behind.
+
+        :raises InvalidMessage: for a missing or unknown key or an unusable value; nothing
+            is added then.
+        """
+        self._check_open()
+        batch = [_message_fields(item) for item in messages]
+        return [self.add(**fields) for fields in batch]
 
     def message(self, ref: int | str) -> Message:
         """The stored message with a tag (`12`, `"§12§"`) or id, as it is now.
@@ -192,8 +194,7 @@ class LocalContext:
 
         :raises InputTooLarge: if `user_input` alone does not fit.
         """
-        self._check_open()
-        self._state.classify_pending()
+        self._settle()
         result = compose(
             self._state,
             self.summarizer,
@@ -271,7 +272,7 @@ class LocalContext:
 
         :raises UnknownReference: if a tag names no message (nothing is dropped then).
         """
-        self._check_open()
+        self._settle()
         entries = [self._resolve(tag) for tag in tags]
         done: list[int] = []
         for e in entries:
@@ -323,15 +324,16 @@ class LocalContext:
         """Bring back the layers and mode of a snapshot (the newest if None); returns the mode.
 
         Messages added since the snapshot stay (in rolling); constraints found since stay
-        pinned; drops stay dropped. The snapshot is consumed.
+        pinned; drops stay dropped. The snapshot is consumed, in the same transaction that
+        writes the restored layers: a restore that fails leaves the snapshot in place.
 
-        :raises UnknownMode: if there is no such snapshot.
+        :raises UnknownMode: if there is no such snapshot, or its mode is not registered.
         """
-        self._check_open()
-        self.flush()
-        payload = self._store.pop_snapshot(self._key, snapshot)
-        if payload is None:
+        self._settle()
+        found = self._store.load_snapshot(self._key, snapshot)
+        if found is None:
             raise UnknownMode(f"no snapshot {snapshot!r} to restore" if snapshot else "no snapshot to restore")
+        snapshot_id, payload = found
         mode = lookup_mode(self._modes, payload["mode"])
         st = self._state
         max_tag = int(payload["max_tag"])
@@ -356,18 +358,19 @@ class LocalContext:
         )
         self._mode = mode
         self._last = None
-        self.flush()
-        self._store.write_meta({"mode": mode.name})
+        self._write(meta={"mode": mode.name}, drop_snapshot=snapshot_id)
         return mode.name
 
     def snapshots(self) -> list[int]:
         """Ids of the snapshots that can be restored, oldest first."""
+        self._check_open()
         return self._store.snapshot_ids(self._key)
 
     # -- small persistent state for other components (e.g. nudges) ----------------------
 
     def get_state(self, key: str) -> str | None:
         """A value another component stored with `set_state` (survives restarts)."""
+        self._check_open()
         return self._store.meta().get(f"state:{key}")
 
     def set_state(self, key: str, value: str) -> None:
@@ -391,9 +394,21 @@ class LocalContext:
     def flush(self) -> None:
         """Write every change since the last flush in one transaction."""
         self._check_open()
+        self._write()
+
+    def _write(self, *, meta: Mapping[str, str] | None = None, drop_snapshot: int | None = None) -> None:
+        """Write pending changes, plus `meta` and a snapshot deletion, in one transaction."""
         st = self._state
         new, changed = st.drain()
-        if not (new or changed or st.summary_changes or st.summaries_reset or st.records_dirty):
+        if not (
+            new
+            or changed
+            or st.summary_changes
+            or st.summaries_reset
+            or st.records_dirty
+            or meta
+            or drop_snapshot is not None
+        ):
             return
         self._store.save(
             self._key,
@@ -402,7 +417,8 @@ class LocalContext:
             summaries=st.summary_changes,
             all_summaries=st.summaries if st.summaries_reset else None,
             constraints=sorted(st.records.values(), key=lambda r: r.source_tag) if st.records_dirty else None,
-            meta={"next_summary": str(st.next_summary_id)},
+            meta={"next_summary": str(st.next_summary_id), **(meta or {})},
+            drop_snapshot=drop_snapshot,
         )
         st.summary_changes = {}
         st.summaries_reset = st.records_dirty = False
@@ -460,3 +476,43 @@ class LocalContext:
     def _check_open(self) -> None:
         if self._closed:
             raise ContextClosed(f"this LocalContext ({self._key}) is closed")
+
+    def _settle(self) -> None:
+        """Check the context is open and finish classifying ingest.
+
+        Call it before anything moves messages between layers or states: classification
+        skips messages already moved, so a constraint dropped or restored away before it
+        was classified would be lost silently (DESIGN §3).
+        """
+        self._check_open()
+        self._state.classify_pending()
+
+
+_ADD_FIELDS = frozenset(inspect.signature(LocalContext.add).parameters) - {"self"}
+
+
+def _message_fields(item: Mapping[str, Any]) -> dict[str, Any]:
+    """`add`'s keyword arguments from one `extend` item, fully checked.
+
+    :raises InvalidMessage: for a missing or unknown key, or an unusable value.
+    """
+    fields = dict(item)
+    for required in ("role", "content"):
+        if required not in fields:
+            raise InvalidMessage(f"message {item!r} has no {required!r}")
+    unknown = sorted(map(str, fields.keys() - _ADD_FIELDS))
+    if unknown:
+        raise InvalidMessage(
+            f"message {item!r} has unknown key(s) {', '.join(map(repr, unknown))}; "
+            f"expected some of {', '.join(sorted(_ADD_FIELDS))}"
+        )
+    check_message(
+        fields["role"],
+        fields["content"],
+        fields.get("kind"),
+        fields.get("tool_name"),
+        fields.get("call_id"),
+        fields.get("importance"),
+        fields.get("ttl"),
+    )
+    return fields

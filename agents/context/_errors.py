@@ -47,7 +47,8 @@ class InputTooLarge(UsageError):
         self.available = available
         super().__init__(
             f"user input is {tokens:,} tokens, over the {available:,} tokens the window leaves "
-            "after reserves and the system prompt; add it as a message so it can be archived"
+            "after reserves and the system prompt; shorten it, or pass the bulk in as a tool result "
+            "(tool output over `archive_threshold` is archived and read on demand)"
         )
 
 

@@ -19,7 +19,7 @@ from agents.context._records import ConstraintRecord, Entry, SummaryEntry
 from agents.context._tokens import Tokenizer
 from schemas._message import MESSAGE_KINDS, MESSAGE_ROLES, content_hash
 
-__all__ = ["ContextState", "default_importance"]
+__all__ = ["ContextState", "check_message", "default_importance"]
 
 _TAG_REF = re.compile(r"§(\d+)§")
 _DEFAULT_IMPORTANCE = {
@@ -108,7 +108,7 @@ class ContextState:
 
         :raises InvalidMessage: naming the field and value that cannot be used.
         """
-        kind = _check(role, content, kind, tool_name, call_id, importance, ttl)
+        kind = check_message(role, content, kind, tool_name, call_id, importance, ttl)
         tag = len(self.entries) + 1
         if importance is None:
             importance = default_importance(role, kind, first_user=not self._has_user)
@@ -128,7 +128,7 @@ class ContextState:
         )
         entry.shown_tokens = tokens
         self._join_unit(entry)
-        if role == "user":
+        if _is_user_turn(role, kind):
             self._has_user = True
         if kind == "tool_result" and entry.tokens > self.config.archive_threshold:
             self._archive(entry)
@@ -178,7 +178,7 @@ class ContextState:
             self._record_keys.setdefault(_key(r.text.split("§ ", 1)[-1]), r.source_tag)
         self.next_summary_id = next_summary
         self.ttl_tags = {e.tag for e in entries if e.ttl is not None}
-        self._has_user = any(e.role == "user" for e in entries)
+        self._has_user = any(_is_user_turn(e.role, e.kind) for e in entries)
         self.units = {}
         for entry in entries:
             self._join_unit(entry)
@@ -236,6 +236,7 @@ class ContextState:
         if last is not None and last.tokens + tokens < _SUMMARY_FOLD_BELOW:
             last.text = f"{last.text}\n{text}"
             last.tokens += tokens + 1
+            last.first_tag = min(last.first_tag, first_tag)
             last.last_tag = max(last.last_tag, last_tag)
             self.summary_tokens += tokens + 1
             self.summary_changes[last.id] = last
@@ -247,10 +248,15 @@ class ContextState:
         self.summary_changes[entry.id] = entry
         return entry
 
-    def update_summary(self, entry: SummaryEntry, text: str, tokens: int, last_tag: int) -> None:
-        """Replace an entry's text (after a merge)."""
+    def update_summary(self, entry: SummaryEntry, text: str, tokens: int, first_tag: int, last_tag: int) -> None:
+        """Replace an entry's text (after a merge), widening its range to cover both ends.
+
+        Entries follow eviction order, not tag order, so merged ranges may overlap.
+        """
         self.summary_tokens += tokens - entry.tokens
-        entry.text, entry.tokens, entry.last_tag = text, tokens, last_tag
+        entry.text, entry.tokens = text, tokens
+        entry.first_tag = min(entry.first_tag, first_tag)
+        entry.last_tag = max(entry.last_tag, last_tag)
         self.summary_changes[entry.id] = entry
 
     def remove_summary(self, index: int) -> SummaryEntry:
@@ -361,7 +367,7 @@ _ROLES = frozenset(MESSAGE_ROLES)
 _KINDS = frozenset(MESSAGE_KINDS)
 
 
-def _check(
+def check_message(
     role: str,
     content: str,
     kind: str | None,
@@ -370,6 +376,10 @@ def _check(
     importance: float | None,
     ttl: float | None,
 ) -> str:
+    """The message's kind (defaulted from the role when None), once every field is usable.
+
+    :raises InvalidMessage: naming the field and value that cannot be used.
+    """
     if not isinstance(role, str) or role not in _ROLES:
         raise InvalidMessage(f"role {role!r} is not one of {', '.join(MESSAGE_ROLES)}")
     if content.__class__ is not str and not isinstance(content, str):
@@ -396,6 +406,15 @@ def _check(
     if call_id is not None and not isinstance(call_id, str):
         raise InvalidMessage(f"call_id must be a string or None, got {call_id!r}")
     return kind
+
+
+def _is_user_turn(role: str, kind: str) -> bool:
+    """Whether a message is a real user turn: the first one is the goal.
+
+    A synthetic user message (a Channel 2 "prune now") is not, so it cannot take the
+    goal's place and leave the real goal unpinned.
+    """
+    return role == "user" and kind == "chat"
 
 
 def _split_ids(call_id: str | None) -> list[str]:

@@ -139,6 +139,7 @@ class Store:
         all_summaries: Sequence[SummaryEntry] | None,
         constraints: Sequence[ConstraintRecord] | None,
         meta: dict[str, str],
+        drop_snapshot: int | None = None,
     ) -> None:
         """Write one batch of changes atomically.
 
@@ -146,6 +147,7 @@ class Store:
             means the entry was removed.
         :param all_summaries: the whole summary layer when it was replaced, else None.
         :param constraints: all constraint records, or None if they did not change.
+        :param drop_snapshot: a snapshot to delete with this batch (the one just restored).
         """
         self.check(domain)
         with self._transaction():
@@ -181,6 +183,8 @@ class Store:
                 )
             if meta:
                 self._conn.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", meta.items())
+            if drop_snapshot is not None:
+                self._conn.execute("DELETE FROM snapshots WHERE id = ? AND domain = ?", (drop_snapshot, domain))
 
     def search(self, domain: str, query: str, limit: int) -> list[SearchHit]:
         """BM25 search over every stored message of `domain`; indexes new rows first."""
@@ -203,8 +207,12 @@ class Store:
         assert cur.lastrowid is not None
         return cur.lastrowid
 
-    def pop_snapshot(self, domain: str, snapshot_id: int | None) -> dict[str, Any] | None:
-        """Remove and return a snapshot (the newest if `snapshot_id` is None), or None."""
+    def load_snapshot(self, domain: str, snapshot_id: int | None) -> tuple[int, dict[str, Any]] | None:
+        """A snapshot's id and payload (the newest if `snapshot_id` is None), or None.
+
+        Reading does not consume it: `save(drop_snapshot=...)` deletes it in the same
+        transaction that writes the restored layers, so a failed restore loses nothing.
+        """
         self.check(domain)
         if snapshot_id is None:
             row = self._conn.execute(
@@ -216,10 +224,8 @@ class Store:
             ).fetchone()
         if row is None:
             return None
-        with self._transaction():
-            self._conn.execute("DELETE FROM snapshots WHERE id = ? AND domain = ?", (row[0], domain))
         payload: dict[str, Any] = json.loads(row[1])
-        return payload
+        return int(row[0]), payload
 
     def snapshot_ids(self, domain: str) -> list[int]:
         """Ids of the stored snapshots, oldest first."""

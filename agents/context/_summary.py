@@ -1,9 +1,10 @@
 """The summary layer's writer: extractive and rule-based, behind a small interface.
 
 The default never paraphrases. It picks whole units (sentences, list items, error lines)
-that carry facts, and when a unit is too long to quote it quotes the facts in it instead
-(numbers with units, paths, URLs, IDs), so "no more than 10 books", `/workspace/x.xlsx` or
-`django-11797` come out exactly as they went in. An LLM summarizer can replace it by
+that carry facts, and when a unit is too long to quote it quotes its negation or rule
+clause and the facts in it instead (numbers with units, paths, URLs, IDs), so "no more
+than 10 books", "should not deploy", `/workspace/x.xlsx` or `django-11797` come out exactly
+as they went in. An LLM summarizer can replace it by
 implementing `Summarizer`.
 """
 
@@ -14,7 +15,7 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from agents.context._archive import error_line_numbers
-from agents.context._classify import facts, score_unit, split_units
+from agents.context._classify import Span, facts, rule_span, score_unit, split_units
 from schemas._message import Message
 
 __all__ = ["ExtractiveSummarizer", "Summarizer", "estimate_tokens"]
@@ -27,6 +28,8 @@ _SCORE_CHARS = 400
 _PICK_SCAN_CHARS = 6_000
 _CHARS_PER_TOKEN = 3.0
 """Conservative chars-per-token used to plan sizes before the one real count."""
+_CLAUSE_BREAK = re.compile(r"[,;:](?=\s)|\s[-–—]\s|[()]")
+"""Where a clause ends inside a sentence (not the colon of `10:00` or the comma of `1,000`)."""
 
 
 def estimate_tokens(text: str) -> int:
@@ -88,11 +91,12 @@ class ExtractiveSummarizer:
                 used += cost
         if keep:
             return "\n".join(lines[i] for i in sorted(keep))
-        # Not even one line fits: quote the facts of the best one, clipped to the budget.
+        # Not even one line fits: shorten the best one to the budget.
         if not lines:
             return ""
         best = lines[ranked[0]]
-        return _clip(f"{_head(best)}{' · '.join(facts(_body(best)))}", int(budget))
+        head = _head(best)
+        return _clip(head + _shorten(_body(best), int(budget) - len(head), set()), int(budget))
 
     def _score(self, line: str) -> float:
         score = self._scores.get(line)
@@ -162,10 +166,9 @@ class ExtractiveSummarizer:
         for i in scored:
             unit = units[i]
             if len(unit) > budget:
-                found = [f for f in facts(unit) if f not in noise]
-                if not found:
+                unit = _shorten(unit, budget - used - 1, noise)
+                if not unit:
                     continue
-                unit = " · ".join(found)
             if used + len(unit) + 1 > budget:
                 continue
             keep.append((i, unit))
@@ -173,6 +176,52 @@ class ExtractiveSummarizer:
         if not keep:
             return _clip(units[0], budget)
         return " ".join(unit for _, unit in sorted(keep))
+
+
+def _shorten(unit: str, limit: int, noise: set[str]) -> str:
+    """A unit too long to quote whole, in at most `limit` characters ("" if nothing fits).
+
+    Its first negation or rule clause verbatim, then as many of its other facts as fit:
+    the facts alone would turn "we should not deploy X" into "X".
+    """
+    span = rule_span(unit)
+    clause = _clause(unit, span, limit) if span else ""
+    parts = [clause] if clause else []
+    used = len(clause)
+    for fact in facts(unit):
+        cost = len(fact) + (3 if parts else 0)
+        if fact in noise or fact in clause or used + cost > limit:
+            continue
+        parts.append(fact)
+        used += cost
+    return " · ".join(parts)
+
+
+def _clause(text: str, span: Span, limit: int) -> str:
+    """The clause of `text` around `span`, verbatim; if over `limit`, clipped around `span`.
+
+    Cuts fall on spaces and are marked with "…"; "" if not even `span` fits.
+    """
+    a, b = span
+    start = max((m.end() for m in _CLAUSE_BREAK.finditer(text, 0, a)), default=0)
+    after = _CLAUSE_BREAK.search(text, b)
+    end = after.start() if after else len(text)
+    while start < a and text[start].isspace():
+        start += 1
+    if end - start <= limit:
+        return text[start:end].rstrip()
+    room = limit - 2  # both ends may carry a "…"
+    if room < b - a:
+        return ""
+    left = max(start, a - (room - (b - a)) // 3)
+    if left > start and not text[left - 1].isspace():
+        space = text.find(" ", left, a)
+        left = a if space == -1 else space + 1
+    right = min(end, left + room)
+    if right < end and not text[right].isspace():
+        space = text.rfind(" ", b, right)
+        right = right if space == -1 else space
+    return ("…" if left > start else "") + text[left:right].strip() + ("…" if right < end else "")
 
 
 def _head(line: str) -> str:

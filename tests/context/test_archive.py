@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
+from agents.context import ExtractiveSummarizer
+from agents.context._archive import error_line_numbers
+from schemas import UsageError
 from tests.context.conftest import MakeContext
 
 
@@ -51,3 +56,25 @@ def test_search_ranks_with_bm25_across_archived_and_evicted(make_ctx: MakeContex
     assert len(ctx.search("unrelated chatter", limit=4)) == 4
     assert ctx.search('"zlib_inflate" OR NEAR(* -x)')[0].tag == build, "FTS syntax in a query is just words"
     assert ctx.search("nothingmatchesthis") == []
+
+
+def test_error_lines_are_found_past_many_lines_that_only_mention_errors(make_ctx: MakeContext) -> None:
+    lines = ["$ make test", *(f"module_{i}: 0 errors, 0 warnings" for i in range(40))]
+    lines += ["ERROR: test_payment_refund crashed with ConnectionRefused", *(f"ok {i}" for i in range(40)), "done"]
+    log = "\n".join(lines)
+    assert error_line_numbers(log, set(), 5) == [42]
+
+    ctx = make_ctx(settings={"archive_threshold": 200})
+    ctx.add("assistant", "Testing.", tool_name="make", call_id="t")
+    tag = ctx.add("tool", log, tool_name="make", call_id="t")
+    assert "42: ERROR: test_payment_refund crashed" in ctx.compose().messages[-1]["content"]
+    summary = ExtractiveSummarizer().summarize([ctx.message(tag)])
+    assert "ERROR: test_payment_refund crashed" in summary
+
+
+def test_reading_a_range_past_the_end_says_how_many_lines_there_are(make_ctx: MakeContext) -> None:
+    ctx = make_ctx()
+    tag = ctx.add("assistant", "one\ntwo\nthree")
+    assert ctx.read(tag, lines=(3, 9)) == "3: three"
+    with pytest.raises(UsageError, match="has 3 lines"):
+        ctx.read(tag, lines=(5, 9))

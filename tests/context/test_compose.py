@@ -170,3 +170,16 @@ def test_counts_are_cached_never_recounted(make_ctx: MakeContext, tokenizer: Tok
     assert not calls, f"idle composes recounted {len(calls)} texts"
     ctx.add("assistant", "one more")
     assert len(calls) == 1, "a message is counted once, at ingest"
+
+
+@pytest.mark.parametrize("reopen", [False, True])
+def test_a_synthetic_user_message_does_not_take_the_goals_place(make_ctx: MakeContext, reopen: bool) -> None:
+    ctx = make_ctx()
+    ctx.add("user", "Context is getting full: prune now with ctx_reduce.", kind="synthetic")
+    if reopen:
+        ctx.close()
+        ctx = make_ctx()
+    goal = ctx.add("user", "Migrate the billing service to Postgres 16.")
+    assert ctx.message(goal).importance == 0.8
+    pinned = next(view for view in ctx.inspect() if view.name == "pinned")
+    assert [item.tag for item in pinned.items] == [goal]

@@ -109,3 +109,42 @@ def test_message_model_validates_its_fields() -> None:
             Message(**{**good.model_dump(), **bad})
     with pytest.raises(ValidationError):
         good.model_copy(update={}).__setattr__("content", "changed")
+
+
+def test_input_too_large_gives_advice_that_works() -> None:
+    text = str(InputTooLarge(9_000, 2_000))
+    assert "tool result" in text and "archive_threshold" in text
+    assert "add it as a message" not in text, "user and assistant messages are never archived"
+
+
+@pytest.mark.parametrize(
+    ("bad", "words"),
+    [
+        ({"role": "user", "content": "hi", "colour": "red"}, ["unknown key", "'colour'"]),
+        ({"role": "user"}, ["no 'content'"]),
+        ({"role": "user", "content": "hi", "importance": 7}, ["importance", "7"]),
+    ],
+)
+def test_extend_checks_every_item_before_adding_any(
+    make_ctx: MakeContext, bad: dict[str, object], words: list[str]
+) -> None:
+    ctx = make_ctx()
+    with pytest.raises(InvalidMessage) as info:
+        ctx.extend([{"role": "user", "content": "first"}, bad])
+    for word in words:
+        assert word in str(info.value)
+    assert ctx.next_tag == 1, "a refused batch adds nothing"
+    assert ctx.extend([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b", "kind": "chat"}]) == [
+        1,
+        2,
+    ]
+
+
+def test_closed_context_refuses_state_and_snapshots(make_ctx: MakeContext) -> None:
+    ctx = make_ctx()
+    ctx.set_state("nudges.band", "firm")
+    ctx.close()
+    with pytest.raises(ContextClosed):
+        ctx.get_state("nudges.band")
+    with pytest.raises(ContextClosed):
+        ctx.snapshots()

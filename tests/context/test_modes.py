@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from agents.context import BUILTIN_MODES, InvalidConfig, ModeDescriptor
+from agents.context import BUILTIN_MODES, InvalidConfig, ModeDescriptor, UnknownMode
 from tests.context.conftest import MakeContext
 
 
@@ -59,3 +59,23 @@ def test_custom_mode_and_restore_keeps_newer_messages(make_ctx: MakeContext) -> 
     ctx.restore()
     assert ctx.mode.name == "task"
     assert any(m["content"] == f"§{later}§ Found an off-by-one in pager.py." for m in ctx.compose().messages)
+
+
+def test_restore_of_an_unknown_mode_keeps_the_snapshot(make_ctx: MakeContext) -> None:
+    review = ModeDescriptor(name="review", system_template="x", kinds=frozenset({"chat"}), output_constraint="y")
+    ctx = make_ctx(modes=[review], mode="review")
+    ctx.add("user", "hello")
+    snapshot = ctx.switch_mode("chat")
+    ctx.close()
+
+    ctx = make_ctx()  # reopened without the custom mode
+    with pytest.raises(UnknownMode, match="'review'"):
+        ctx.restore()
+    assert ctx.snapshots() == [snapshot] and ctx.mode.name == "chat", "a failed restore changes nothing"
+    ctx.close()
+
+    ctx = make_ctx(modes=[review])
+    assert ctx.restore() == "review"
+    ctx.close()
+    ctx = make_ctx(modes=[review])
+    assert ctx.snapshots() == [] and ctx.mode.name == "review", "layers, mode and consumption written together"

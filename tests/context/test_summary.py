@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from agents.context import ExtractiveSummarizer, Summarizer
+from collections.abc import Sequence
+
+from agents.context import ContextConfig, ExtractiveSummarizer, Summarizer, Tokenizer
+from agents.context._state import ContextState
 from schemas._message import Message, MessageKind, MessageRole, message_id
 from tests.context.conftest import MakeContext
 
@@ -96,3 +99,57 @@ def test_constraint_found_while_summarizing_is_promoted(make_ctx: MakeContext) -
     assert tag in promoted
     pinned = next(v for v in ctx.inspect() if v.name == "pinned")
     assert any(rule in item.text and item.kind == "constraint" for item in pinned.items)
+
+
+def test_a_unit_too_long_to_quote_keeps_its_negation_verbatim() -> None:
+    sentence = (
+        "After we talked it over with the on-call team and looked at the dashboards from last week in some detail, "
+        "the conclusion is that we should not deploy build 4f3a2b1 to prod-eu-7 before 10:00 on Friday, because "
+        "the migration in db/migrations/0042_users.py has not been verified against the replica and the rollback "
+        "window is only 15 minutes, which nobody on the team is comfortable with at all given the last incident."
+    )
+    summarizer = ExtractiveSummarizer()
+    line = summarizer.summarize([_msg(5, sentence)])
+    assert "we should not deploy build 4f3a2b1 to prod-eu-7 before 10:00 on Friday" in line
+    assert "db/migrations/0042_users.py" in line and len(line) < len(sentence) / 2
+    assert "should not deploy" in summarizer.merge([line], max_tokens=20), "a merge keeps it too"
+
+
+class _Spy(ExtractiveSummarizer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[list[int]] = []
+
+    def summarize(self, messages: Sequence[Message]) -> str:
+        self.batches.append([m.tag for m in messages])
+        return super().summarize(messages)
+
+
+def test_evicted_batches_are_summarized_oldest_first_with_their_range(make_ctx: MakeContext) -> None:
+    spy = _Spy()
+    settings = {"reserve_system": 300, "reserve_output": 300, "protected_recent": 2}
+    ctx = make_ctx(window=2_200, settings=settings, summarizer=spy)
+    ctx.add("user", "Goal: tidy the repo.")
+    for i in range(10):
+        ctx.add("assistant", f"conclusion {i}: the cache key for shard {i} is stale " + "word " * 60, kind="conclusion")
+    for i in range(10):
+        ctx.add("assistant", f"thinking {i}: " + "hmm " * 20, kind="reasoning")
+    for _ in range(4):
+        ctx.add("user", "ok " * 200)
+    ctx.compose()
+    order = [tag for batch in spy.batches for tag in batch]
+    evicted = sorted(order)
+    assert order != evicted, "precondition: eviction went by value, not by age"
+    assert all(batch == sorted(batch) for batch in spy.batches)
+    summaries = ctx._state.summaries
+    assert summaries and all(s.first_tag <= s.last_tag for s in summaries)
+    assert min(s.first_tag for s in summaries) == evicted[0] and max(s.last_tag for s in summaries) == evicted[-1]
+
+
+def test_a_summary_entry_covers_every_tag_folded_or_merged_into_it(tokenizer: Tokenizer) -> None:
+    state = ContextState(ContextConfig(), tokenizer)
+    entry = state.add_summary(12, 22, "§12§ assistant: later turns")
+    assert state.add_summary(2, 23, "§2§ assistant: an older turn evicted later") is entry, "folded"
+    assert (entry.first_tag, entry.last_tag) == (2, 23)
+    state.update_summary(entry, "merged", 1, 1, 9)
+    assert (entry.first_tag, entry.last_tag) == (1, 23)

@@ -29,3 +29,15 @@ def test_drop_leaves_exactly_a_placeholder_and_tail_reports_it(make_ctx: MakeCon
     assert after[result].state == "dropped" and after[result].tokens < before[result]
     assert ctx.message(result).state == "dropped"
     assert ctx.read(result).startswith("Traceback"), "the full text stays readable"
+
+
+def test_drop_right_after_add_never_loses_a_user_constraint(make_ctx: MakeContext) -> None:
+    ctx = make_ctx()
+    ctx.add("user", "Investigate the crash.")
+    short = ctx.add("user", "Never force-push to main.")
+    long = ctx.add("user", "Some background on the repository layout. " * 30 + "Do not edit vendor/ at all.")
+
+    assert ctx.drop([short, long]) == [long], "a constraint pinned whole is not in rolling, so not dropped"
+    pinned = "\n".join(item.text for view in ctx.inspect() if view.name == "pinned" for item in view.items)
+    assert "Never force-push to main." in pinned
+    assert "Do not edit vendor/ at all." in pinned, "a dropped long message keeps its constraint record"
