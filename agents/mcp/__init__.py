@@ -35,13 +35,13 @@ from agents.mcp._host import McpHost
 from agents.mcp._ops import AGENT_OPS, BadOp, op_menu, parse_op
 from agents.mcp._serve import host_context, serve_stdio
 from agents.mcp._server import brief_uri, build_server
-from agents.mcp._tools import DEFAULT_PROPOSE_DEADLINE, AgentTools
+from agents.mcp._tools import MCP_PROPOSE_DEADLINE, AgentTools
 
 __all__ = [
     "AGENT_OPS",
     "AgentTools",
     "BadOp",
-    "DEFAULT_PROPOSE_DEADLINE",
+    "MCP_PROPOSE_DEADLINE",
     "McpHost",
     "ToolCalls",
     "ToolFailure",

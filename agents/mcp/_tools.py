@@ -18,10 +18,11 @@ from agents.mcp._ops import op_menu, parse_op
 from agents.runtime import Agent
 from schemas import KEY_MAX, Rejection, UsageError
 
-__all__ = ["AgentTools", "DEFAULT_PROPOSE_DEADLINE", "TAIL_SHOWN"]
+__all__ = ["AgentTools", "MCP_PROPOSE_DEADLINE", "TAIL_SHOWN"]
 
-DEFAULT_PROPOSE_DEADLINE: Final = 20.0
-"""Seconds `brief_propose` waits for a coordinator; well inside clients' tool timeouts."""
+MCP_PROPOSE_DEADLINE: Final = 20.0
+"""Seconds `brief_propose` waits for a coordinator: shorter than the agent's own
+`agents.brief.DEFAULT_PROPOSE_DEADLINE`, to stay well inside clients' tool timeouts."""
 
 TAIL_SHOWN: Final = 30
 """Newest tool results `ctx_status` lists, so the model can pick what to release."""
@@ -41,7 +42,7 @@ _OP_HELP = (
 class AgentTools:
     """Tool bodies bound to one `Agent`; each runs through `ToolCalls`."""
 
-    def __init__(self, agent: Agent, calls: ToolCalls, *, propose_deadline: float = DEFAULT_PROPOSE_DEADLINE) -> None:
+    def __init__(self, agent: Agent, calls: ToolCalls, *, propose_deadline: float = MCP_PROPOSE_DEADLINE) -> None:
         self._agent = agent
         self._calls = calls
         self._propose_deadline = propose_deadline

@@ -7,10 +7,10 @@ The aim is to be heard without nagging:
   `refire_growth(T)` since the last reminder and the user has spoken at least
   `REFIRE_MIN_USER_TURNS` times (a long autonomous run is not a reason to repeat);
 - a fall to a lower band is recorded silently, so a later rise speaks again;
-- a quiet band resets everything;
+- a quiet band resets everything but a running grace, so the next band speaks in full;
 - after ctx_reduce the agent has just complied: stay quiet until U regrows by the
   same cadence above its post-reduce value, or the band climbs above the one seen
-  before the reduce.
+  before the reduce; the cadence then counts from the post-reduce value.
 
 `decide` is a pure function of the persisted state and one measurement; `Channel1`
 wires it to the store and the reminder text.
@@ -49,7 +49,7 @@ class Verdict(StrEnum):
     REFIRE = "refire"
     """Fired: same band, enough growth and turns, calm one-liner."""
     QUIET = "quiet"
-    """Held: the tail is healthy; the state is reset."""
+    """Held: the tail is healthy; the state is reset, except a running grace."""
     DOWNGRADE = "downgrade"
     """Held: the band fell; recorded so a later rise speaks again."""
     CADENCE = "cadence"
@@ -97,15 +97,20 @@ def decide(state: Channel1State, u: int, t: int, *, user_turn: int) -> Channel1D
     band = channel1_band(u, t)
     growth = refire_growth(t)
 
+    if band is Band.QUIET:
+        # The grace outlives a quiet dip: the drops or a compaction often take T under
+        # its floor right after a reduce, which says nothing about U regrowing since.
+        return Channel1Decision(Verdict.QUIET, band, Channel1State(grace=state.grace))
+
     if state.grace is not None:
-        regrown = u - state.grace.baseline_u >= growth
+        baseline = state.grace.baseline_u
+        regrown = u - baseline >= growth
         escalated = band.rank > state.grace.pre_reduce_level.rank
         if not regrown and not escalated:
             return Channel1Decision(Verdict.GRACE, band, state)
-        state = state.model_copy(update={"grace": None})
+        # The re-fire cadence counts from what the reduce left, not from before it.
+        state = state.model_copy(update={"grace": None, "last_u": baseline})
 
-    if band is Band.QUIET:
-        return Channel1Decision(Verdict.QUIET, band, Channel1State())
     if band.rank < state.level.rank:
         quieter = state.model_copy(update={"level": band, "last_u": u})
         return Channel1Decision(Verdict.DOWNGRADE, band, quieter)

@@ -2,9 +2,9 @@
 
 T counts what the model sees and pays for: text, tool inputs and outputs, files. It
 leaves out what the agent cannot act on or did not write: reasoning, synthetic
-messages, drop placeholders (with the tool call whose output they replaced) and our
-own reminder spans. U is the part of T owned by an active tag that is neither
-protected nor already queued for dropping.
+messages, drop placeholders (with the input of the call whose output they replaced,
+when the parts share an `arc`) and our own reminder spans. U is the part of T owned
+by an active tag that is neither protected nor already queued for dropping.
 
 Counting tokens is the expensive step, so `HygieneWalker` keeps the last render: when
 the new render only appends to it, only the new parts are counted; when anything

@@ -2,34 +2,29 @@
 
 Planning is pure: it reads the tag rows and the current protected and queued sets and
 returns what to queue, so a bad request can never leave half of itself applied. The
-context engine applies the queued drops at its next compose, rendering each one as
-`drop_style` says. Errors are `UsageError`s: the agent made a mistake it can fix, and
-the message tells it how.
+context engine applies the queued drops at its next compose, replacing each named
+message, and only that message, by its ``[dropped §N§]`` placeholder. Errors are
+`UsageError`s: the agent made a mistake it can fix, and the message tells it how.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Set
-from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict
 
-from agents.nudges._tail import TagKind, TagState, TailTag
+from agents.nudges._tail import TagState, TailTag
 from schemas import UsageError
 
 __all__ = [
-    "KEEP_ARGUMENTS_MAX_BYTES",
-    "KEEP_ARGUMENTS_NEWEST_CALLS",
     "MAX_DROP_IDS",
     "MAX_TAG_DIGITS",
     "DropPlan",
     "DropRangeTooLarge",
     "DropSpecError",
-    "DropStyle",
     "ReversedDropRange",
     "UnknownDropTags",
-    "drop_style",
     "parse_drop_spec",
     "plan_drops",
 ]
@@ -37,9 +32,8 @@ __all__ = [
 MAX_DROP_IDS = 5_000
 """Most tags one ctx_reduce call may name; far above any real request, far below a typo."""
 MAX_TAG_DIGITS = 9
-KEEP_ARGUMENTS_NEWEST_CALLS = 20
-"""A dropped call this recent keeps its (small) arguments, so the agent remembers what it did."""
-KEEP_ARGUMENTS_MAX_BYTES = 1024
+_FIRST_TAG = 1
+"""Tags are numbered from 1; 0 never names a message."""
 
 _NUMBER = r"(?:§([0-9]+)§|([0-9]+))"
 _ITEM = re.compile(rf"{_NUMBER}(?:\s*-\s*{_NUMBER})?")
@@ -67,13 +61,15 @@ class DropRangeTooLarge(DropSpecError):
 
 
 class UnknownDropTags(UsageError):
-    """Raised when a spec names tags that do not exist; nothing is dropped."""
+    """Raised when a spec names tags that were never handed out; nothing is dropped."""
 
-    def __init__(self, tags: Iterable[int]) -> None:
+    def __init__(self, tags: Iterable[int], *, next_tag: int) -> None:
         self.tags = tuple(sorted(tags))
+        self.next_tag = next_tag
         shown = ", ".join(f"§{n}§" for n in self.tags[:10])
         more = f" and {len(self.tags) - 10} more" if len(self.tags) > 10 else ""
-        super().__init__(f"ctx_reduce: no such tag {shown}{more}; nothing was dropped")
+        newest = f"the newest tag is §{next_tag - 1}§" if next_tag > _FIRST_TAG else "there are no tags yet"
+        super().__init__(f"ctx_reduce: no such tag {shown}{more}; nothing was dropped ({newest})")
 
 
 def parse_drop_spec(spec: str) -> tuple[int, ...]:
@@ -122,10 +118,13 @@ class DropPlan(BaseModel):
     queued: tuple[int, ...] = ()
     """Dropped at the next compose; they leave U at once."""
     deferred: tuple[int, ...] = ()
-    """Protected right now (recent, or a recent ctx_reduce call); drop them once they
-    leave protection."""
+    """Protected right now (recent, or a recent ctx_reduce call). Not queued, so nothing
+    is dropped behind the agent's back: the reply asks it to retry once they age out."""
     skipped: tuple[int, ...] = ()
-    """Already dropped, archived or queued: nothing to do."""
+    """In the tail but already dropped, archived (shown compact) or queued: nothing to do."""
+    outside: tuple[int, ...] = ()
+    """Existing tags no longer in the rolling tail (summarized, pinned, or dropped and
+    evicted): the engine already moved them out, so there is nothing to drop."""
     kept: tuple[int, ...] = ()
     """Never removed: the final result of a request."""
 
@@ -134,7 +133,8 @@ class DropPlan(BaseModel):
         lines = [
             ("queued", self.queued, "will be dropped"),
             ("deferred", self.deferred, "still in use; retry later"),
-            ("skipped", self.skipped, "already dropped or queued"),
+            ("skipped", self.skipped, "already dropped, archived or queued"),
+            ("not in the tail", self.outside, "already summarized or pinned; nothing to do"),
             ("kept", self.kept, "final results are never dropped"),
         ]
         parts = [f"{label} {_tag_list(tags)} ({why})" for label, tags, why in lines if tags]
@@ -149,31 +149,41 @@ def plan_drops(
     spec: str,
     tags: Iterable[TailTag],
     *,
+    next_tag: int,
     protected: Set[int],
     queued: Set[int] = frozenset(),
     keep: Set[int] = frozenset(),
 ) -> DropPlan:
     """Plan a ctx_reduce call without changing anything.
 
+    The tail is not the whole history: a tag the engine has since summarized or pinned
+    is still a real tag, so only numbers never handed out are an error.
+
     :param spec: the ``drop`` argument, e.g. ``"3-5,9"``.
-    :param tags: every tag row of the context.
+    :param tags: the tag rows of the rolling tail.
+    :param next_tag: the number the next tag will get; every number from 1 below it
+        names a message.
     :param protected: tags that may not be dropped yet (`TailMeasure.protected`).
     :param queued: tags already queued for dropping.
     :param keep: tags that are never dropped (final results of requests).
     :raises DropSpecError: if the spec is malformed (see `parse_drop_spec`).
-    :raises UnknownDropTags: if it names a tag that does not exist.
+    :raises UnknownDropTags: if it names a tag that was never handed out.
     """
     wanted = parse_drop_spec(spec)
-    by_number = {tag.number: tag for tag in tags}
-    unknown = [n for n in wanted if n not in by_number]
+    unknown = [n for n in wanted if not _FIRST_TAG <= n < next_tag]
     if unknown:
-        raise UnknownDropTags(unknown)
+        raise UnknownDropTags(unknown, next_tag=next_tag)
+    in_tail = {tag.number: tag for tag in tags}
     queue: list[int] = []
     deferred: list[int] = []
     skipped: list[int] = []
+    outside: list[int] = []
     kept: list[int] = []
     for number in wanted:
-        if by_number[number].state is not TagState.ACTIVE or number in queued:
+        tag = in_tail.get(number)
+        if tag is None:
+            outside.append(number)
+        elif tag.state is not TagState.ACTIVE or number in queued:
             skipped.append(number)
         elif number in keep:
             kept.append(number)
@@ -181,29 +191,10 @@ def plan_drops(
             deferred.append(number)
         else:
             queue.append(number)
-    return DropPlan(queued=tuple(queue), deferred=tuple(deferred), skipped=tuple(skipped), kept=tuple(kept))
-
-
-class DropStyle(StrEnum):
-    """How a queued drop is rendered at the next compose."""
-
-    PLACEHOLDER = "placeholder"
-    """The content is replaced by exactly ``[dropped §N§]``."""
-    KEEP_ARGUMENTS = "keep_arguments"
-    """A recent tool call keeps its small arguments; its output becomes the placeholder."""
-    WHOLE_CALL = "whole_call"
-    """An older tool call loses both its call and its result to the placeholder."""
-
-
-def drop_style(tag: TailTag, *, newer_tool_calls: int, argument_bytes: int) -> DropStyle:
-    """How to render `tag` once dropped.
-
-    :param newer_tool_calls: how many tool tags are newer than this one.
-    :param argument_bytes: UTF-8 size of the call's rendered arguments.
-    """
-    if tag.kind is not TagKind.TOOL:
-        return DropStyle.PLACEHOLDER
-    recent = newer_tool_calls < KEEP_ARGUMENTS_NEWEST_CALLS
-    if recent and argument_bytes <= KEEP_ARGUMENTS_MAX_BYTES:
-        return DropStyle.KEEP_ARGUMENTS
-    return DropStyle.WHOLE_CALL
+    return DropPlan(
+        queued=tuple(queue),
+        deferred=tuple(deferred),
+        skipped=tuple(skipped),
+        outside=tuple(outside),
+        kept=tuple(kept),
+    )

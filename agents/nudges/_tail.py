@@ -77,8 +77,10 @@ class TailPart:
     tag: int | None = None
     """Number of the tag that owns this part, or None for untagged content."""
     arc: str | None = None
-    """Identity of the tool call this part belongs to; input and output share it, so a
-    dropped output also takes its input out of the count."""
+    """Identity of the tool call this part belongs to, for hosts where dropping an
+    output removes the call's input too (one tag covers both, as in the reference
+    vectors): input and output share it, so a dropped output also takes its input out
+    of the count. Leave None where the input stays rendered."""
     synthetic: bool = False
     """Injected by us (memory carriers, Channel 2 messages): never counted."""
     tokens: int | None = None

@@ -8,7 +8,6 @@ brief in step and its text goes into every compose as the pinned brief block.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +34,14 @@ from agents.nudges import (
     protected_floor,
 )
 from agents.runtime._host import ContextHost
-from agents.runtime._saved import load_brief, save_brief, save_config
+from agents.runtime._saved import (
+    apply_queued_drops,
+    load_brief,
+    load_queued_drops,
+    save_brief,
+    save_config,
+    save_queued_drops,
+)
 from agents.runtime._tail import TailAdapter
 from bus import BusError, Leases, NatsClient
 from schemas import BriefOp, Domain, Presence, Reply, TaskBrief
@@ -45,7 +51,6 @@ __all__ = ["Agent", "AgentConfig"]
 log = logging.getLogger(__name__)
 
 _USER_TURNS_KEY = "user_turns"
-_QUEUED_KEY = "queued_drops"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,7 +100,7 @@ class Agent:
         usable = config.context.window - config.context.reserve_system - config.context.reserve_output
         self._walker = HygieneWalker(self.context.tokenizer, protected_floor=protected_floor(usable))
         self._adapter = TailAdapter()
-        self._queued: set[int] = set(json.loads(self.context.get_state(_QUEUED_KEY) or "[]"))
+        self._queued = load_queued_drops(self.context)
         self._last_prompt_tokens = 0
         self.channel1 = Channel1(self._nudge_store)
         self._leases = Leases(client)
@@ -183,24 +188,25 @@ class Agent:
     def ctx_reduce(self, drop: str) -> DropPlan:
         """The `ctx_reduce` tool: queue tags for dropping at the next compose.
 
-        :raises DropSpecError, UnknownDropTags: for a malformed or unknown request;
-            nothing changes then.
+        :raises UsageError: for a malformed request (`DropSpecError`) or a tag never
+            handed out (`UnknownDropTags`); nothing changes then.
         """
         measure, tags = self._measure_tail()
-        plan = plan_drops(drop, tags, protected=measure.protected, queued=frozenset(self._queued))
+        plan = plan_drops(
+            drop, tags, next_tag=self.context.next_tag, protected=measure.protected, queued=frozenset(self._queued)
+        )
         if plan.queued:
             self._queued.update(plan.queued)
             # Kept with the grace period it starts, so a restart resumes both together.
-            self.context.set_state(_QUEUED_KEY, json.dumps(sorted(self._queued)))
+            save_queued_drops(self.context, self._queued)
             self.channel1.after_reduce(self.measure())
         return plan
 
     def compose(self, user_input: str = "") -> Composition:
         """The prompt for the next model call: queued drops applied, the brief pinned."""
         if self._queued:
-            self.context.drop(sorted(self._queued))
+            apply_queued_drops(self.context, self._queued)
             self._queued.clear()
-            self.context.set_state(_QUEUED_KEY, "[]")
         composition = self.context.compose(user_input, brief=self._brief_text())
         self._last_prompt_tokens = composition.report.total
         return composition

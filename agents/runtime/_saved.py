@@ -1,7 +1,8 @@
 """What an agent keeps in its own store besides its context, so others can read it back.
 
-A restarted agent resumes its brief from here without a full replay, and `ctxbus
-inspect` rebuilds exactly what the agent's model sees from the same file.
+A restarted agent resumes its brief and its queued drops from here without a full
+replay, and `ctxbus inspect` rebuilds exactly what the agent's model sees from the
+same file.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import logging
 import sqlite3
 import tempfile
+from collections.abc import Iterable
 from contextlib import closing
 from pathlib import Path
 
@@ -18,12 +20,22 @@ from agents.context import ContextConfig, LayerView, LocalContext, StoreError
 from bus import BriefState
 from schemas import BriefSnapshot, Domain, WireError, render_brief
 
-__all__ = ["load_brief", "save_brief", "load_config", "save_config", "inspect_store"]
+__all__ = [
+    "apply_queued_drops",
+    "inspect_store",
+    "load_brief",
+    "load_config",
+    "load_queued_drops",
+    "save_brief",
+    "save_config",
+    "save_queued_drops",
+]
 
 log = logging.getLogger(__name__)
 
 BRIEF_KEY = "brief_snapshot"
 CONFIG_KEY = "context_config"
+QUEUED_DROPS_KEY = "queued_drops"
 
 
 def load_brief(context: LocalContext) -> BriefState | None:
@@ -59,11 +71,28 @@ def load_config(context: LocalContext) -> ContextConfig | None:
     return ContextConfig(**fields)
 
 
+def load_queued_drops(context: LocalContext) -> set[int]:
+    """Tags ctx_reduce queued that no compose has applied yet."""
+    return set(json.loads(context.get_state(QUEUED_DROPS_KEY) or "[]"))
+
+
+def save_queued_drops(context: LocalContext, tags: Iterable[int]) -> None:
+    """Remember queued drops, so a restart (or `inspect_store`) applies them too."""
+    context.set_state(QUEUED_DROPS_KEY, json.dumps(sorted(tags)))
+
+
+def apply_queued_drops(context: LocalContext, tags: Iterable[int]) -> None:
+    """Drop `tags` and forget them as queued: the first step of every compose."""
+    context.drop(sorted(tags))
+    save_queued_drops(context, ())
+
+
 def inspect_store(path: Path, domain: Domain) -> tuple[LayerView, ...]:
     """What the agent's model would see at its next compose, layer by layer.
 
     Works on a consistent copy of the store (SQLite's backup API), so a running agent's
-    file is never written to and a busy agent is never blocked.
+    file is never written to and a busy agent is never blocked. Drops that ctx_reduce
+    queued are applied first, as `Agent.compose` does.
 
     :raises StoreError: if there is no store at `path`.
     """
@@ -76,6 +105,7 @@ def inspect_store(path: Path, domain: Domain) -> tuple[LayerView, ...]:
         with LocalContext(copy, domain) as probe:
             config = load_config(probe)
         with LocalContext(copy, domain, config=config) as context:
+            apply_queued_drops(context, load_queued_drops(context))
             saved = load_brief(context)
             brief = render_brief(saved.brief) if saved else None
             return context.compose("", brief=brief).layers

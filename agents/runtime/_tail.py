@@ -22,6 +22,10 @@ class TailAdapter:
 
     The walk is incremental only if unchanged parts are the same objects from one
     render to the next, so parts are cached by what determines them.
+
+    Parts carry no `TailPart.arc`: the engine tags a tool call and its result apart and
+    keeps rendering the call after the result is dropped, so the call still costs
+    tokens (T) and can still be released by its own tag (U).
     """
 
     def __init__(self) -> None:

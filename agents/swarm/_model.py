@@ -14,11 +14,11 @@ from typing import Final, TypeVar
 
 import anyio
 
-from agents.nudges import REDUCE_TOOL_NAME, REMINDER_OPEN, DeliveryOutcome, DropSpecError, TailMeasure
+from agents.nudges import REDUCE_TOOL_NAME, REMINDER_OPEN, DeliveryOutcome, TailMeasure
 from agents.runtime import Agent
 from agents.swarm._corpus import tool_output
 from agents.swarm._scenario import AdoptRejected, CompleteMine, Intent, Propose, Step, pending_text
-from schemas import AddDecision, Committed, Complete, Rejection, RejectionCode, normalize
+from schemas import AddDecision, Committed, Complete, Rejection, RejectionCode, UsageError, normalize
 from schemas._swarm_events import Refusal, Tally
 
 __all__ = ["ScriptedModel"]
@@ -127,7 +127,7 @@ class ScriptedModel:
                              tool_name=REDUCE_TOOL_NAME, call_id=call_id)  # fmt: skip
         try:
             plan = self.agent.ctx_reduce(spec)
-        except DropSpecError as exc:
+        except UsageError as exc:  # DropSpecError, UnknownDropTags: a failed tool call, not a dead worker
             self.tally.unexpected.append(f"step {n}: ctx_reduce({spec!r}) failed: {exc}")
             await self.agent.tool_result(REDUCE_TOOL_NAME, f"error: {exc}", call_id=call_id)
             return

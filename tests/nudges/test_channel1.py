@@ -123,6 +123,30 @@ def test_grace_holds_until_u_regrows_by_the_cadence() -> None:
     assert decide(released.state, 85_000, T, user_turn=9).verdict is Verdict.RISE
 
 
+def test_a_quiet_band_during_grace_resets_the_band_so_gentle_speaks_again() -> None:
+    """urgent -> reduce -> quiet -> gentle (25k regrown): a full reminder, not a silent downgrade."""
+    graced = start_grace(fired_at(Band.URGENT, 130_000, turn=4), post_reduce_u=5_000)
+    quiet = decide(graced, 10_000, T, user_turn=5)
+    assert quiet.verdict is Verdict.QUIET
+    assert quiet.state == Channel1State(grace=graced.grace)
+    assert run([(45_000, 5)], state=quiet.state) == [Verdict.RISE]
+
+
+def test_a_quiet_dip_does_not_end_the_grace() -> None:
+    """Compaction took T under the floor right after the reduce; U has not regrown since."""
+    graced = start_grace(fired_at(Band.URGENT, 130_000, turn=4), post_reduce_u=35_000)
+    dip = decide(graced, 36_000, 55_000, user_turn=5)
+    assert dip.verdict is Verdict.QUIET
+    assert decide(dip.state, 44_000, 62_000, user_turn=5).verdict is Verdict.GRACE  # urgent again
+
+
+def test_regrowth_after_grace_counts_from_the_post_reduce_u() -> None:
+    """Firm at 90k, reduced to 60k: firm again after 25k of regrowth is a calm re-fire,
+    though 85k is below the 90k of the last reminder."""
+    graced = start_grace(fired_at(Band.FIRM, 90_000, turn=1), post_reduce_u=60_000)
+    assert run([(84_999, 9), (85_000, 9)], state=graced) == [Verdict.GRACE, Verdict.REFIRE]
+
+
 def test_grace_ends_early_when_the_band_climbs_above_the_pre_reduce_band() -> None:
     graced = start_grace(fired_at(Band.GENTLE, 45_000), post_reduce_u=45_000)
     assert decide(graced, 60_000, T, user_turn=0).verdict is Verdict.GRACE
@@ -169,7 +193,7 @@ def test_a_restart_in_the_middle_keeps_the_decision_state(tmp_path: Path) -> Non
     again = Channel1(SqliteNudgeStateStore(path))
     assert again.after_tool_call("bash", measure_of(40_000, T), user_turn=3).decision.verdict is Verdict.GRACE
     calm = again.after_tool_call("read", measure_of(110_000, T), user_turn=9)
-    assert calm.decision.verdict is Verdict.REFIRE  # grace over, firm again, 25k above 85k
+    assert calm.decision.verdict is Verdict.REFIRE  # grace over, firm again, 90k above the post-reduce 20k
     assert calm.reminder is not None and calm.reminder.calm
 
 

@@ -1,8 +1,6 @@
-"""ctx_reduce: parsing ``drop``, planning against the tag rows, and how drops render."""
+"""ctx_reduce: parsing ``drop`` and planning against the tag rows."""
 
 from __future__ import annotations
-
-from dataclasses import replace
 
 import pytest
 
@@ -10,7 +8,6 @@ from agents.nudges import (
     DropPlan,
     DropRangeTooLarge,
     DropSpecError,
-    DropStyle,
     HygieneWalker,
     ReversedDropRange,
     TagKind,
@@ -18,7 +15,6 @@ from agents.nudges import (
     TailTag,
     UnknownDropTags,
     drop_placeholder,
-    drop_style,
     parse_drop_spec,
     plan_drops,
 )
@@ -97,25 +93,46 @@ TAGS = [
     TailTag(6, TagKind.TOOL, state=TagState.ARCHIVED),
     TailTag(9, TagKind.TOOL),
 ]
+"""A tail from which tags 7 and 8 have left (summarized or pinned); tag 10 is next."""
+NEXT_TAG = 10
 
 
 def test_plan_sorts_every_named_tag_into_one_outcome() -> None:
-    plan = plan_drops("1-6,9", TAGS, protected={9}, queued={4}, keep={5})
-    assert plan == DropPlan(queued=(1, 3), deferred=(9,), skipped=(2, 4, 6), kept=(5,))
+    plan = plan_drops("1-9", TAGS, next_tag=NEXT_TAG, protected={9}, queued={4}, keep={5})
+    assert plan == DropPlan(queued=(1, 3), deferred=(9,), skipped=(2, 4, 6), outside=(7, 8), kept=(5,))
     assert plan.summary() == (
         "queued §1§ §3§ (will be dropped); deferred §9§ (still in use; retry later); "
-        "skipped §2§ §4§ §6§ (already dropped or queued); kept §5§ (final results are never dropped)"
+        "skipped §2§ §4§ §6§ (already dropped, archived or queued); "
+        "not in the tail §7§ §8§ (already summarized or pinned; nothing to do); "
+        "kept §5§ (final results are never dropped)"
     )
 
 
-def test_unknown_ids_are_an_error_and_nothing_is_planned() -> None:
-    with pytest.raises(UnknownDropTags, match=r"no such tag §7§, §8§; nothing was dropped") as raised:
-        plan_drops("3,7-8", TAGS, protected=frozenset())
-    assert raised.value.tags == (7, 8)
+def test_tags_that_left_the_tail_are_not_unknown() -> None:
+    """Once older tags are summarized, a range reaching back over them still queues the rest."""
+    tail = [TailTag(n, TagKind.TOOL) for n in range(8, 13)]
+    plan = plan_drops("2-12", tail, next_tag=13, protected={12})
+    assert plan == DropPlan(queued=(8, 9, 10, 11), deferred=(12,), outside=(2, 3, 4, 5, 6, 7))
+
+
+@pytest.mark.parametrize(("spec", "unknown"), [("3,10-11", (10, 11)), ("0,3", (0,))])
+def test_tags_never_handed_out_are_an_error_and_nothing_is_planned(spec: str, unknown: tuple[int, ...]) -> None:
+    shown = ", ".join(f"§{n}§" for n in unknown)
+    with pytest.raises(
+        UnknownDropTags, match=rf"no such tag {shown}; nothing was dropped \(the newest tag is §9§\)"
+    ) as raised:
+        plan_drops(spec, TAGS, next_tag=NEXT_TAG, protected=frozenset())
+    assert raised.value.tags == unknown
+
+
+def test_a_context_without_tags_says_so() -> None:
+    with pytest.raises(UnknownDropTags, match=r"there are no tags yet"):
+        plan_drops("1", [], next_tag=1, protected=frozenset())
 
 
 def test_an_already_dropped_tag_is_only_reported() -> None:
-    assert plan_drops("2", TAGS, protected=frozenset()).summary() == "skipped §2§ (already dropped or queued)"
+    plan = plan_drops("2", TAGS, next_tag=NEXT_TAG, protected=frozenset())
+    assert plan.summary() == "skipped §2§ (already dropped, archived or queued)"
     assert DropPlan().summary() == "nothing to do"
 
 
@@ -129,7 +146,7 @@ def test_bad_requests_leave_the_tail_untouched(spec: str) -> None:
     queued: set[int] = {1}
     before = walker.measure(tail.parts, tail.tags, queued=queued)
     with pytest.raises(UsageError):
-        plan = plan_drops(spec, tail.tags, protected=before.protected, queued=queued)
+        plan = plan_drops(spec, tail.tags, next_tag=len(tail.tags) + 1, protected=before.protected, queued=queued)
         queued |= set(plan.queued)
     after = walker.measure(tail.parts, tail.tags, queued=queued)
     assert queued == {1}
@@ -142,7 +159,7 @@ def test_queued_drops_leave_u_now_and_t_at_the_next_compose() -> None:
         tail.tool("bash", 98)
     walker = HygieneWalker(WordCounter(), protected_floor=0)
     before = walker.measure(tail.parts, tail.tags)
-    plan = plan_drops("1-2,6", tail.tags, protected=before.protected)
+    plan = plan_drops("1-2,6", tail.tags, next_tag=7, protected=before.protected)
     assert (plan.queued, plan.deferred) == ((1, 2), (6,))
 
     queued = walker.measure(tail.parts, tail.tags, queued=set(plan.queued))
@@ -157,20 +174,3 @@ def test_queued_drops_leave_u_now_and_t_at_the_next_compose() -> None:
 
 def test_a_dropped_message_leaves_exactly_its_placeholder() -> None:
     assert drop_placeholder(12) == "[dropped §12§]"
-    assert drop_style(TailTag(12, TagKind.MESSAGE), newer_tool_calls=0, argument_bytes=0) is DropStyle.PLACEHOLDER
-    assert drop_style(TailTag(12, TagKind.FILE), newer_tool_calls=0, argument_bytes=0) is DropStyle.PLACEHOLDER
-
-
-@pytest.mark.parametrize(
-    ("newer", "size", "style"),
-    [
-        (0, 10, DropStyle.KEEP_ARGUMENTS),
-        (19, 1024, DropStyle.KEEP_ARGUMENTS),
-        (19, 1025, DropStyle.WHOLE_CALL),
-        (20, 10, DropStyle.WHOLE_CALL),
-    ],
-)
-def test_recent_small_calls_keep_their_arguments(newer: int, size: int, style: DropStyle) -> None:
-    tag = TailTag(3, TagKind.TOOL, tool_name="bash")
-    assert drop_style(tag, newer_tool_calls=newer, argument_bytes=size) is style
-    assert drop_style(replace(tag, tool_name=None), newer_tool_calls=newer, argument_bytes=size) is style

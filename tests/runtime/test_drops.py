@@ -1,0 +1,80 @@
+"""ctx_reduce through the Agent: tags that left the tail, and what `inspect_store` shows."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from agents.context import ContextConfig
+from agents.nudges import UnknownDropTags
+from agents.runtime import Agent, AgentConfig, inspect_store
+from bus import NatsClient
+from schemas import Domain
+
+SMALL = ContextConfig(window=6000, reserve_system=500, reserve_output=500)
+"""Small enough that a dozen tool results push the oldest ones out of the tail."""
+ROOMY = ContextConfig(window=20_000)
+"""Room for every result, with a protection window of only the newest few."""
+
+
+def _agent(client: NatsClient, store: Path, domain: Domain, config: ContextConfig) -> Agent:
+    return Agent(client, AgentConfig(agent_id="a1", domain=domain, store=store, context=config))
+
+
+async def _grep(agent: Agent, calls: int, *, compose: bool) -> None:
+    for i in range(calls):
+        agent.assistant(f"grep {i}", tool_name="grep", call_id=f"c{i}")
+        await agent.tool_result("grep", f"line of output {i}\n" * 150, call_id=f"c{i}")  # under the archive threshold
+        if compose:
+            agent.compose()
+
+
+async def test_a_range_over_tags_that_left_the_tail_still_drops_the_rest(
+    nats_client: NatsClient, tmp_path: Path
+) -> None:
+    agent = _agent(nats_client, tmp_path / "a.db", Domain.parse(f"rt/d1/{uuid.uuid4().hex[:8]}"), SMALL)
+    agent.user("Goal: fix the bug.")
+    await _grep(agent, 12, compose=True)
+    in_tail = {item.tag for item in agent.context.tail()}
+    newest = agent.context.next_tag - 1
+    assert 2 not in in_tail, "the test needs tags that left the tail"
+
+    plan = agent.ctx_reduce(f"2-{newest}")
+    assert set(plan.outside) == set(range(2, newest + 1)) - in_tail
+    assert plan.queued
+    assert "(already summarized or pinned; nothing to do)" in plan.summary()
+    with pytest.raises(UnknownDropTags, match=rf"no such tag §{newest + 1}§"):
+        agent.ctx_reduce(str(newest + 1))
+    agent.close()
+
+
+async def test_inspect_store_applies_queued_drops_like_the_next_compose(
+    nats_client: NatsClient, tmp_path: Path
+) -> None:
+    store = tmp_path / "a.db"
+    domain = Domain.parse(f"rt/d2/{uuid.uuid4().hex[:8]}")
+    agent = _agent(nats_client, store, domain, ROOMY)
+    agent.user("Find the slow handler.")
+    await _grep(agent, 6, compose=False)
+    assert agent.ctx_reduce("3").queued == (3,)
+    agent.close()
+
+    rolling = next(layer for layer in inspect_store(store, domain) if layer.name == "rolling")
+    assert [item.text for item in rolling.items if item.tag == 3] == ["[dropped §3§]"]
+    again = _agent(nats_client, store, domain, ROOMY)
+    assert again.status()["queued_drops"] == [3], "inspect must not write to the agent's store"
+    again.close()
+
+
+async def test_a_dropped_result_leaves_its_call_counted(nats_client: NatsClient, tmp_path: Path) -> None:
+    """The engine keeps rendering a call after its result is dropped, so T keeps it."""
+    agent = _agent(nats_client, tmp_path / "a.db", Domain.parse(f"rt/d3/{uuid.uuid4().hex[:8]}"), ROOMY)
+    await _grep(agent, 6, compose=False)
+    agent.ctx_reduce("2")  # the result of the first call, §1§
+    agent.compose()
+    shown = {item.tag: item for item in agent.context.tail()}
+    assert shown[2].state == "dropped" and shown[1].state == "active"
+    assert agent.measure().t == sum(item.tokens for item in shown.values() if item.state != "dropped")
+    agent.close()
