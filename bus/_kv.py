@@ -22,7 +22,7 @@ from nats.aio.client import Client
 from nats.js import api
 
 from bus._errors import BusError, BusUnavailable, CasConflict
-from bus._streams import RECOVERING, TRANSIENT, ensure_stream
+from bus._streams import RECOVERING, TRANSIENT, ensure_stream, read_unavailable
 from bus._txlog import EXPECTED_LAST_SUBJECT_SEQ, WRONG_LAST_SEQUENCE, actual_sequence
 from schemas import UsageError
 
@@ -95,7 +95,7 @@ class Bucket:
         except nats.js.errors.NotFoundError:
             return None
         except RECOVERING as exc:
-            raise BusUnavailable(f"cannot read {self.config.name}/{key}: {exc!r}") from exc
+            raise read_unavailable(f"cannot read {self.config.name}/{key}", exc) from exc
         except nats.js.errors.APIError as exc:
             raise BusError(f"cannot read {self.config.name}/{key}: {exc.description}") from exc
         deleted = (msg.headers or {}).get(KV_OPERATION) in _TOMBSTONES

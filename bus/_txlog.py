@@ -47,7 +47,7 @@ from nats.js import JetStreamContext, api
 
 from bus._errors import BusError, BusUnavailable, CasConflict
 from bus._retry import Retry
-from bus._streams import RECOVERING, TRANSIENT, ensure_stream
+from bus._streams import RECOVERING, TRANSIENT, ensure_stream, read_unavailable
 from bus._subjects import TX_STREAM, TX_SUBJECTS, live_subject
 
 __all__ = ["TxLog", "TxLogConfig", "LogEntry"]
@@ -194,7 +194,7 @@ class TxLog:
         except nats.js.errors.NotFoundError:
             return 0
         except RECOVERING as exc:
-            raise BusUnavailable(f"cannot read the last sequence of {subject}: {exc!r}") from exc
+            raise read_unavailable(f"cannot read the last sequence of {subject}", exc) from exc
         return int(raw.seq or 0)
 
     async def read(
@@ -384,7 +384,7 @@ class TxLog:
         except nats.js.errors.NotFoundError:
             return None
         except RECOVERING as exc:
-            raise BusUnavailable(f"cannot read {subject} from sequence {seq}: {exc!r}") from exc
+            raise read_unavailable(f"cannot read {subject} from sequence {seq}", exc) from exc
         return LogEntry(
             seq=int(raw.seq or 0),
             subject=raw.subject or subject,

@@ -39,6 +39,9 @@ DEFAULT_IDLE_EVICT: Final = 600.0
 """Seconds a domain goes without proposals before its cached brief is dropped; the next
 proposal loads it again (snapshot plus the log after it)."""
 
+MAX_REPLICAS: Final = 5
+"""JetStream keeps at most five copies of a stream."""
+
 FOLD_AUTHOR_SUFFIX: Final = ":fold"
 """Appended to the coordinator's id to author the folds it commits."""
 COORDINATOR_ID_MAX: Final = AUTHOR_MAX - len(FOLD_AUTHOR_SUFFIX)
@@ -63,6 +66,9 @@ class CoordinatorConfig:
     batch_linger: float = DEFAULT_BATCH_LINGER
     forward_timeout: float = DEFAULT_FORWARD_TIMEOUT
     idle_evict: float = DEFAULT_IDLE_EVICT
+    replicas: int = 1
+    """Copies of the log and of the snapshots the coordinator creates: 3 on a 3-node
+    cluster. An existing log is never cut down to fewer."""
     brief_budget_tokens: int | None = None
     """Token budget of the rendered brief; over it, old done items are folded. None: no budget."""
     count_tokens: Callable[[str], int] | None = None
@@ -78,5 +84,7 @@ class CoordinatorConfig:
                 f"the coordinator id is {len(self.coordinator_id)} characters long, "
                 f"over the limit of {COORDINATOR_ID_MAX}"
             )
+        if not 1 <= self.replicas <= MAX_REPLICAS:
+            raise UsageError(f"replicas must be between 1 and {MAX_REPLICAS}, got {self.replicas!r}")
         if not self.idle_evict > 0:
             raise UsageError(f"idle_evict must be a positive number of seconds, got {self.idle_evict!r}")

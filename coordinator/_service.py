@@ -21,15 +21,18 @@ import anyio.lowlevel
 from anyio.abc import TaskGroup, TaskStatus
 
 from bus import (
+    BRIEF_BUCKET,
     PROPOSE_QUEUE,
     BriefLog,
     BriefState,
+    BucketConfig,
     BusError,
     BusUnavailable,
     CasConflict,
     NatsClient,
     Request,
     Retry,
+    TxLogConfig,
     Verb,
     all_domains,
     event_loop_name,
@@ -119,7 +122,11 @@ class Coordinator:
         self.id = self.config.coordinator_id
         self.metrics = Metrics()
         self._client = client
-        self._log = BriefLog(client)
+        self._log = BriefLog(
+            client,
+            txlog=TxLogConfig(replicas=self.config.replicas),
+            snapshots=BucketConfig(name=BRIEF_BUCKET, replicas=self.config.replicas),
+        )
         self._domains: dict[Domain, _Domain] = {}
         self._held = 0
         """Proposals taken in and not answered yet (queued, committing or forwarded)."""

@@ -1,4 +1,5 @@
-"""Replication: an R3 log keeps accepting appends with one of three nodes dead."""
+"""Replication: an R3 log keeps accepting appends with one of three nodes dead, and
+coordinators create the log with the copies they are told to, never fewer."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import uuid
 
 import anyio
 
-from bus import BusConfig, LoopbackCluster, TxLog, TxLogConfig, connect
+from bus import BRIEF_BUCKET, TX_STREAM, BusConfig, BusUnavailable, LoopbackCluster, TxLog, TxLogConfig, connect
+from coordinator import Coordinator, CoordinatorConfig
 
 
 async def test_r3_stream_survives_losing_a_node(nats_cluster: LoopbackCluster) -> None:
@@ -30,4 +32,39 @@ async def test_r3_stream_survives_losing_a_node(nats_cluster: LoopbackCluster) -
         assert len([e async for e in log.read(subject)]) == 20
     finally:
         victim.start()
+        await client.close()
+
+
+async def test_a_coordinator_creates_the_log_with_its_replicas_and_never_cuts_them(
+    nats_cluster: LoopbackCluster,
+) -> None:
+    client = await connect(BusConfig(servers=nats_cluster.urls))
+    js = client.jetstream()
+
+    async def copies(stream: str) -> int:
+        return (await js.stream_info(stream)).config.num_replicas or 1
+
+    async def started(config: CoordinatorConfig) -> bool:
+        ok = True
+        try:
+            async with anyio.create_task_group() as tg:
+                await tg.start(Coordinator(client, config).run)
+                tg.cancel_scope.cancel()
+        except* BusUnavailable:  # a new raft group, or a node just restarted, needs a leader
+            ok = False
+        return ok
+
+    async def serve_once(config: CoordinatorConfig) -> None:
+        with anyio.fail_after(60):
+            while not await started(config):
+                await anyio.sleep(0.2)
+
+    try:
+        await serve_once(CoordinatorConfig(coordinator_id="c-r3", replicas=3))
+        assert await copies(TX_STREAM) == 3
+        assert await copies(f"KV_{BRIEF_BUCKET}") == 3
+        await serve_once(CoordinatorConfig(coordinator_id="c-default"))  # the single-node default
+        assert await copies(TX_STREAM) == 3
+        assert await copies(f"KV_{BRIEF_BUCKET}") == 3
+    finally:
         await client.close()
