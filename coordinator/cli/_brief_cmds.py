@@ -20,6 +20,7 @@ from coordinator.cli._common import (
     NatsOption,
     bus_config,
     console,
+    parse_agent_name,
     print_json,
 )
 from schemas import BriefOpAdapter, Commit, Committed, Domain, WireError, brief_hash, render_brief
@@ -70,7 +71,9 @@ def propose(
     op: Annotated[str, typer.Argument(help=f"One of: {', '.join(_MAIN_FIELD)}.", show_default=False)],
     value: Annotated[str, typer.Argument(help="The text, option or item id the operation is about.")],
     domain: DomainOption,
-    agent: Annotated[str, typer.Option("--agent", "-a", help="Author of the proposal.")] = "cli",
+    agent: Annotated[
+        str, typer.Option("--agent", "-a", callback=parse_agent_name, help="Author of the proposal.")
+    ] = "cli",
     reason: Annotated[str | None, typer.Option(help="Why (reject, reopen, remove_constraint).")] = None,
     outcome: Annotated[str | None, typer.Option(help="What came of it (complete).")] = None,
     rationale: Annotated[str | None, typer.Option(help="Why this option (add_decision).")] = None,

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from bus import BusConfig
-from schemas import Domain, InvalidDomain
+from schemas import Domain, InvalidDomain, validate_token
 
 __all__ = [
     "DEFAULT_NATS_URL",
@@ -24,6 +24,7 @@ __all__ = [
     "errors",
     "default_state_dir",
     "bus_config",
+    "parse_agent_name",
     "parse_domain",
     "print_json",
 ]
@@ -45,6 +46,14 @@ def parse_domain(text: str) -> Domain:
     """Typer parser for `user/session/task`."""
     try:
         return Domain.parse(text)
+    except InvalidDomain as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def parse_agent_name(value: str) -> str:
+    """Typer callback for an agent id: it names a file and a KV key, so it is one token."""
+    try:
+        return validate_token(value, field="agent name")
     except InvalidDomain as exc:
         raise typer.BadParameter(str(exc)) from None
 

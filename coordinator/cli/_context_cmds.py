@@ -13,7 +13,14 @@ from rich.table import Table
 from agents.context import Tokenizer
 from agents.runtime import ReplayReport, inspect_store, replay_transcript
 from coordinator.cli._app import app
-from coordinator.cli._common import DomainOption, JsonOption, console, default_state_dir, print_json
+from coordinator.cli._common import (
+    DomainOption,
+    JsonOption,
+    console,
+    default_state_dir,
+    parse_agent_name,
+    print_json,
+)
 from schemas import Domain
 
 __all__: list[str] = []
@@ -70,7 +77,7 @@ def replay(
 
 @app.command(rich_help_panel="Context")
 def inspect(
-    agent: Annotated[str, typer.Argument(help="The agent's id.")],
+    agent: Annotated[str, typer.Argument(callback=parse_agent_name, help="The agent's id.")],
     domain: DomainOption,
     store: Annotated[
         Path | None,
@@ -84,6 +91,12 @@ def inspect(
     Reads a consistent copy of the agent's store, so a running agent is not disturbed.
     """
     path = store or agent_store(domain, agent)
+    if not path.is_file():
+        raise typer.BadParameter(
+            f"no store of agent {agent!r} at {path}: agents run with `ctxbus mcp` or the Agent runtime keep one "
+            "(a swarm demo's are under <data dir>/agents/); point at it with --store",
+            param_hint="AGENT",
+        )
     layers = inspect_store(path, domain)
     if as_json:
         print_json(

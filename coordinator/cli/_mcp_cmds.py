@@ -16,19 +16,19 @@ from agents.mcp import host_context, serve_stdio
 from agents.runtime import AgentConfig
 from bus import run_async
 from coordinator.cli._app import app
-from coordinator.cli._common import DEFAULT_NATS_URL, DomainOption, NatsOption, bus_config, default_state_dir
-from schemas import Domain, InvalidDomain, validate_token
+from coordinator.cli._common import (
+    DEFAULT_NATS_URL,
+    DomainOption,
+    NatsOption,
+    bus_config,
+    default_state_dir,
+    parse_agent_name,
+)
+from schemas import Domain
 
 __all__: list[str] = []
 
 _DEFAULT_WINDOW = ContextConfig().window
-
-
-def _agent_name(value: str) -> str:
-    try:
-        return validate_token(value, field="agent name")
-    except InvalidDomain as exc:
-        raise typer.BadParameter(str(exc)) from None
 
 
 @app.command(rich_help_panel="Agents")
@@ -40,7 +40,7 @@ def mcp(
             "--agent",
             "-a",
             envvar="CTXBUS_AGENT",
-            callback=_agent_name,
+            callback=parse_agent_name,
             help="This agent's name on the task (letters, digits, '_', '-'); one server per name.",
         ),
     ],

@@ -12,7 +12,7 @@ import typer
 
 from agents.context import Tokenizer
 from bus import DEFAULT_SYNC_INTERVAL, BusConfig, EmbeddedServer, ServerError, connect, event_loop_name, run_async
-from coordinator._config import DEFAULT_SNAPSHOT_EVERY, CoordinatorConfig
+from coordinator._config import DEFAULT_SNAPSHOT_EVERY, MAX_REPLICAS, CoordinatorConfig
 from coordinator._service import Coordinator
 from coordinator.cli._app import app
 from coordinator.cli._common import DEFAULT_NATS_URL, NatsOption, bus_config, console, default_state_dir
@@ -53,6 +53,7 @@ def nats(
 def up(
     port: PortOption = DEFAULT_NATS_PORT,
     data_dir: DataDirOption = None,
+    sync_interval: SyncOption = DEFAULT_SYNC_INTERVAL,
     brief_budget: BudgetOption = None,
 ) -> None:
     """Start NATS and a coordinator in one foreground process: everything agents need.
@@ -61,7 +62,7 @@ def up(
     Ctrl-C stops both cleanly; the log and briefs are kept for the next `ctxbus up`.
     """
     config = _config(None, brief_budget)
-    run_async(_run, _embedded("127.0.0.1", port, data_dir, DEFAULT_SYNC_INTERVAL), config)
+    run_async(_run, _embedded("127.0.0.1", port, data_dir, sync_interval), config)
 
 
 @app.command(rich_help_panel="Servers")
@@ -74,13 +75,21 @@ def coordinator(
         int, typer.Option(min=1, help="Commits between brief snapshots.")
     ] = DEFAULT_SNAPSHOT_EVERY,
     brief_budget: BudgetOption = None,
+    replicas: Annotated[
+        int,
+        typer.Option(
+            min=1, max=MAX_REPLICAS, help="Copies of the log and snapshots it creates: 3 on a 3-node cluster."
+        ),
+    ] = 1,
 ) -> None:
     """Run the coordinator daemon against an existing NATS server or cluster.
 
     Any number of coordinators may run at once: they share proposals through a queue
     group and never commit on the same base. Stops on Ctrl-C or SIGTERM.
     """
-    config = dataclasses.replace(_config(coordinator_id, brief_budget), snapshot_every=snapshot_every)
+    config = dataclasses.replace(
+        _config(coordinator_id, brief_budget), snapshot_every=snapshot_every, replicas=replicas
+    )
     run_async(_serve, bus_config(nats, name=config.coordinator_id), config)
 
 
