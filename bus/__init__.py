@@ -14,7 +14,7 @@ from bus._event_loop import NO_UVLOOP_ENV, anyio_backend, event_loop_name, run_a
 from bus._kv import Bucket, BucketConfig, KvEntry
 from bus._leases import Lease, LeaseConfig, Leases
 from bus._retry import Retry
-from bus._rpc import Handler, Listener, Request, listen, publish, request, serve
+from bus._rpc import Handler, Listener, Request, gather, listen, publish, request, serve
 from bus._server import DEFAULT_SYNC_INTERVAL, EmbeddedServer, find_nats_server, free_port
 from bus._subjects import (
     BRIEF_BUCKET,
@@ -79,6 +79,7 @@ __all__ = [
     "find_nats_server",
     "free_port",
     "kv_key",
+    "gather",
     "listen",
     "live_subject",
     "publish",

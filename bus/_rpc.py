@@ -6,6 +6,7 @@ storage, only an answer (or nothing). Handlers see a `Request`, never a nats-py 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from nats.aio.msg import Msg
 
 from bus._errors import BusError, BusUnavailable
 
-__all__ = ["Request", "Handler", "Listener", "listen", "serve", "request", "publish"]
+__all__ = ["Request", "Handler", "Listener", "listen", "serve", "request", "gather", "publish"]
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +131,34 @@ async def request(client: Client, subject: str, data: bytes, *, timeout: float) 
     except nats.errors.Error as exc:
         raise BusUnavailable(f"request on {subject} failed: {exc!r}") from exc
     return msg.data
+
+
+async def gather(client: Client, subject: str, data: bytes, *, wait: float) -> list[bytes]:
+    """Send `data` to every listener of `subject` and return the replies that arrive
+    within `wait` seconds (none if nobody listens), in order of arrival.
+
+    For questions every member of a group answers, such as a status request.
+
+    :raises BusUnavailable: if the request cannot be sent.
+    """
+    inbox = client.new_inbox()
+    replies: list[bytes] = []
+    try:
+        sub = await client.subscribe(inbox)
+        await client.publish(subject, data, reply=inbox)
+    except nats.errors.Error as exc:
+        raise BusUnavailable(f"request on {subject} failed: {exc!r}") from exc
+    try:
+        with anyio.move_on_after(wait):
+            async for msg in sub.messages:
+                if msg.headers and msg.headers.get("Status") == "503":
+                    continue  # "no responders": nobody listens
+                replies.append(msg.data)
+    finally:
+        with anyio.CancelScope(shield=True):
+            with contextlib.suppress(nats.errors.Error):
+                await sub.unsubscribe()
+    return replies
 
 
 async def publish(client: Client, subject: str, data: bytes) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Annotated, Any
+from typing import Annotated
 
 import anyio
 import typer
@@ -12,7 +12,7 @@ from rich.live import Live
 from rich.table import Table
 
 from agents.brief import read_presence
-from bus import BusUnavailable, NatsClient, connect, request, run_async
+from bus import NatsClient, connect, gather, run_async
 from coordinator._service import STATUS_SUBJECT
 from coordinator.cli._app import app
 from coordinator.cli._common import (
@@ -41,33 +41,41 @@ def status(
     nats: NatsOption = DEFAULT_NATS_URL,
     as_json: JsonOption = False,
 ) -> None:
-    """Is a coordinator serving, how busy is it, which agents are on a task."""
-    run_async(_status, nats, domain, as_json)
+    """Which coordinators are serving, how busy they are, which agents are on a task.
+
+    Exits with status 1 if no coordinator answers, so it serves as a health check.
+    """
+    if not run_async(_status, nats, domain, as_json):
+        raise typer.Exit(1)
 
 
-async def _status(urls: str, domain: Domain | None, as_json: bool) -> None:
+_STATUS_WAIT = 1.0
+"""Seconds to collect coordinators' answers: each answers at once, from memory."""
+
+
+async def _status(urls: str, domain: Domain | None, as_json: bool) -> bool:
+    """Print the status; whether any coordinator answered."""
     client = await connect(bus_config(urls))
     try:
-        try:
-            coord: dict[str, Any] | None = json.loads(await request(client, STATUS_SUBJECT, b"", timeout=2))
-        except BusUnavailable:
-            coord = None
+        answers = await gather(client, STATUS_SUBJECT, b"", wait=_STATUS_WAIT)
+        coordinators = sorted((json.loads(answer) for answer in answers), key=lambda c: str(c["coordinator"]))
         agents = await read_presence(client, domain) if domain else []
     finally:
         await client.close()
     if as_json:
-        print_json({"coordinator": coord, "agents": [a.model_dump(mode="json") for a in agents]})
-        return
-    if coord is None:
-        console.print("[yellow]no coordinator answered[/]: start one with `ctxbus up` or `ctxbus coordinator`")
+        print_json({"coordinators": coordinators, "agents": [a.model_dump(mode="json") for a in agents]})
     else:
-        console.print(
-            f"coordinator [bold]{coord['coordinator']}[/] up {coord['uptime_s']:.0f}s: "
-            f"{coord['commits']} commits ({coord['commits_per_s']}/s), {len(coord['domains'])} domains, "
-            f"last error: {coord['last_error'] or 'none'}"
-        )
-    if domain is not None:
-        console.print(_agents_table(domain, agents))
+        if not coordinators:
+            console.print("[yellow]no coordinator answered[/]: start one with `ctxbus up` or `ctxbus coordinator`")
+        for coord in coordinators:
+            console.print(
+                f"coordinator [bold]{coord['coordinator']}[/] up {coord['uptime_s']:.0f}s: "
+                f"{coord['commits']} commits ({coord['commits_per_s']}/s), {len(coord['domains'])} domains, "
+                f"last error: {coord['last_error'] or 'none'}"
+            )
+        if domain is not None:
+            console.print(_agents_table(domain, agents))
+    return bool(coordinators)
 
 
 @app.command(rich_help_panel="Watching")

@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 
 import anyio
 import pytest
 from nats.aio.client import Client
 
-from bus import BusUnavailable, Request, listen, request, serve
+from bus import BusUnavailable, Request, gather, listen, request, serve
 
 
 async def test_listen_takes_messages_one_at_a_time_and_goes_on_after_a_failure(nats_client: Client) -> None:
@@ -72,3 +73,20 @@ async def test_serve_runs_handlers_at_once_and_answers_each(nats_client: Client)
         assert await request(nats_client, subject, b"z", timeout=5) == b"Z"  # and serving goes on
         tg.cancel_scope.cancel()
     assert answers == {b"x": b"X", b"y": b"Y"}
+
+
+async def test_gather_collects_every_answer_and_none_when_nobody_listens(nats_client: Client) -> None:
+    subject = f"test.gather.{uuid.uuid4().hex[:8]}"
+    assert await gather(nats_client, subject, b"?", wait=0.3) == []
+
+    def answering(name: bytes) -> Callable[[Request], Awaitable[bytes]]:
+        async def handler(msg: Request) -> bytes:
+            return name + msg.data
+
+        return handler
+
+    async with anyio.create_task_group() as tg:
+        for name in (b"a", b"b", b"c"):
+            await tg.start(serve, nats_client, subject, answering(name))
+        assert sorted(await gather(nats_client, subject, b"?", wait=1.0)) == [b"a?", b"b?", b"c?"]
+        tg.cancel_scope.cancel()
