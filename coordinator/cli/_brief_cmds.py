@@ -78,7 +78,13 @@ def propose(
     outcome: Annotated[str | None, typer.Option(help="What came of it (complete).")] = None,
     rationale: Annotated[str | None, typer.Option(help="Why this option (add_decision).")] = None,
     supersedes: Annotated[str | None, typer.Option(help="Decision id replaced (add_decision).")] = None,
-    key: Annotated[str | None, typer.Option(help="Idempotency key; reuse it to retry safely.")] = None,
+    key: Annotated[
+        str | None,
+        typer.Option(
+            help="Idempotency key: reuse it only to retry the same proposal; a key already committed "
+            "is answered with its first revision, whatever the change."
+        ),
+    ] = None,
     nats: NatsOption = DEFAULT_NATS_URL,
     as_json: JsonOption = False,
 ) -> None:
@@ -110,8 +116,13 @@ async def _propose(urls: str, domain: Domain, agent: str, op: Any, key: str, as_
     if as_json:
         print_json(reply.model_dump(mode="json"))
     elif isinstance(reply, Committed):
-        again = " (already committed earlier)" if reply.duplicate else ""
-        console.print(f"[green]committed[/] at revision {reply.revision}{again}")
+        if reply.duplicate:
+            console.print(
+                f"[green]committed[/] at revision {reply.revision}, earlier, under key {key!r}: this retry "
+                "changed nothing (a different change needs a new --key)"
+            )
+        else:
+            console.print(f"[green]committed[/] at revision {reply.revision}")
     else:
         console.print(f"[red]rejected[/] ({reply.code}): {reply.reason}")
     return 0 if isinstance(reply, Committed) else 1
