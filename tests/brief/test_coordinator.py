@@ -229,6 +229,20 @@ async def test_closed_domain_is_purged_after_the_grace_and_stays_closed(nats_url
         assert await agent.propose(Close(reason="done"), key="close") == Committed(revision=2, duplicate=True)
 
 
+async def test_a_close_whose_coordinator_died_is_purged_by_the_next_to_load_it(nats_url: str) -> None:
+    domain = _domain()
+    async with running_coordinator(nats_url, coordinator_id="c-dies", close_grace=3600) as (client, _):
+        assert await Proposer(client, domain, agent_id="a").propose(Close(reason="done")) == Committed(revision=1)
+    async with running_coordinator(nats_url, coordinator_id="c-next", close_grace=0.2) as (client, _):
+        refused = await Proposer(client, domain, agent_id="a").propose(AddNote(text="anyone?"))
+        assert isinstance(refused, Rejection) and refused.code is RejectionCode.DOMAIN_CLOSED
+        log = BriefLog(client)
+        with anyio.fail_after(10):
+            while await log.end(domain):
+                await anyio.sleep(0.1)
+        assert (await log.load(domain)).brief.is_closed
+
+
 async def test_a_coordinator_that_missed_the_close_and_purge_refuses_to_reopen(
     running: tuple[NatsClient, TaskGroup],
 ) -> None:
