@@ -19,6 +19,7 @@ Nothing here is a fake: every fixture runs the `nats-server` binary that the
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -65,16 +66,16 @@ def nats_server_factory(tmp_path: Path) -> Iterator[ServerFactory]:
     Each gets its own store dir under the test's `tmp_path` unless `data_dir` is given.
     """
     started: list[EmbeddedServer] = []
+    with ExitStack() as stops:  # every server is stopped even if stopping another fails
 
-    def start(**options: Any) -> EmbeddedServer:
-        options.setdefault("data_dir", tmp_path / f"nats-{len(started)}")
-        server = EmbeddedServer(**options)
-        started.append(server)
-        return server.start()
+        def start(**options: Any) -> EmbeddedServer:
+            options.setdefault("data_dir", tmp_path / f"nats-{len(started)}")
+            server = EmbeddedServer(**options)
+            started.append(server)
+            stops.callback(server.stop)
+            return server.start()
 
-    yield start
-    for server in started:
-        server.stop()
+        yield start
 
 
 @pytest.fixture(scope="session")

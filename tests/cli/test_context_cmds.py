@@ -10,8 +10,7 @@ from pathlib import Path
 
 from agents.context import LocalContext
 from schemas import Domain
-
-ANCHORS = Path(os.environ.get("CTXBUS_ANCHORS", Path(__file__).resolve().parents[2] / ".." / "shared" / "anchors"))
+from tests.context.conftest import anchors_dir
 
 
 def _ctxbus(*args: str, state: Path) -> subprocess.CompletedProcess[str]:
@@ -33,9 +32,9 @@ def _transcript(path: Path, turns: int) -> Path:
 
 def test_replay_reports_savings(tmp_path: Path) -> None:
     files = [str(_transcript(tmp_path / "s.jsonl", 40))]
-    real = ANCHORS / "transcripts" / "swe-agent" / "gpt4__pydicom__pydicom-1458.jsonl"
-    if real.exists():  # the shared anchors sit beside the repo in CI and here
-        files.append(str(real))
+    real = anchors_dir() / "transcripts" / "swe-agent" / "gpt4__pydicom__pydicom-1458.jsonl"
+    assert real.is_file(), f"anchor transcript {real} not found (set CTXBUS_ANCHORS); it is required, not optional"
+    files.append(str(real))
     out = _ctxbus("replay", *files, "--budget", "8000", "--json", state=tmp_path)
     assert out.returncode == 0, out.stderr
     reports = json.loads(out.stdout)
@@ -44,8 +43,7 @@ def test_replay_reports_savings(tmp_path: Path) -> None:
         assert report["mean_prompt_tokens"] <= 8000
         assert report["mean_prompt_tokens"] < report["mean_history_tokens"]
         assert 0 < report["saving"] < 1
-    if len(reports) > 1:
-        assert reports[1]["trims"], "a real session at 8k must trim something"
+    assert reports[1]["trims"], "a real session at 8k must trim something"
 
 
 def test_replay_names_the_bad_line(tmp_path: Path) -> None:
@@ -73,4 +71,5 @@ def test_inspect_shows_the_layers_of_an_agent_store(tmp_path: Path) -> None:
     assert "pinned" in layers and "rolling" in layers
     assert any("50k tokens" in item["text"] for item in layers["pinned"]["items"])
     missing = _ctxbus("inspect", "nobody", "--domain", "alice/s1/t1", state=tmp_path)
-    assert missing.returncode == 1 and "no agent store at" in missing.stderr
+    assert missing.returncode == 2 and "no store of agent 'nobody' at" in missing.stderr
+    assert "--store" in missing.stderr

@@ -11,16 +11,21 @@ from pathlib import Path
 import pytest
 
 from bus import BusConfig, EmbeddedServer, TxLog, connect
+from bus.testing import ServerFactory
+from tests.cli._procs import Command
+
+
+def _env(state_dir: Path) -> dict[str, str]:
+    return {**os.environ, "CTXBUS_STATE_DIR": str(state_dir), "COLUMNS": "200"}
 
 
 def _ctxbus(*args: str, env_dir: Path) -> subprocess.Popen[str]:
-    env = {**os.environ, "CTXBUS_STATE_DIR": str(env_dir), "COLUMNS": "200"}
     return subprocess.Popen(
         [sys.executable, "-m", "coordinator.cli", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=env,
+        env=_env(env_dir),
     )
 
 
@@ -32,26 +37,31 @@ def test_version_and_help(tmp_path: Path) -> None:
 
 
 async def test_nats_runs_in_the_foreground_and_stops_on_sigterm(tmp_path: Path) -> None:
-    proc = _ctxbus("nats", "--port", "0", env_dir=tmp_path)
-    assert proc.stdout is not None
-    url = proc.stdout.readline().strip().removeprefix("NATS ready at ")
-    data_dir = proc.stdout.readline().strip().removeprefix("data dir: ")
-    assert url.startswith("nats://127.0.0.1:")
-    assert Path(data_dir) == tmp_path / "nats"
-    client = await connect(BusConfig(servers=[url]))
-    log = TxLog(client)
-    await log.ensure()
-    await log.append("ctx.u.s.t.tx", b"kept", "m1")
-    await client.close()
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
-    assert "data kept" in out
+    with Command("nats", "--port", "0", env=_env(tmp_path)) as nats:
+        url = nats.readline().strip().removeprefix("NATS ready at ")
+        data_dir = nats.readline().strip().removeprefix("data dir: ")
+        assert url.startswith("nats://127.0.0.1:"), f"{url!r}; stderr:\n{nats.stderr}"
+        assert Path(data_dir) == tmp_path / "nats"
+        nats.children()  # remembered, so `orphans()` can tell whether the server outlived the CLI
+        client = await connect(BusConfig(servers=[url]))
+        try:
+            log = TxLog(client)
+            await log.ensure()
+            await log.append("ctx.u.s.t.tx", b"kept", "m1")
+        finally:
+            await client.close()
+        nats.proc.send_signal(signal.SIGTERM)
+        out, err = nats.finish()
+        assert nats.proc.returncode == 0, err
+        assert "data kept" in out
+        assert nats.orphans() == [], "nats-server outlived `ctxbus nats`"
     # The store outlives the process: the next start has the entry.
     with EmbeddedServer(data_dir) as again:
         client = await connect(BusConfig(servers=[again.url]))
-        assert await TxLog(client).last_seq("ctx.u.s.t.tx") == 1
-        await client.close()
+        try:
+            assert await TxLog(client).last_seq("ctx.u.s.t.tx") == 1
+        finally:
+            await client.close()
 
 
 def test_port_in_use_is_one_line_with_a_hint(nats_server: EmbeddedServer, tmp_path: Path) -> None:
@@ -72,6 +82,9 @@ def test_port_in_use_is_one_line_with_a_hint(nats_server: EmbeddedServer, tmp_pa
         (["nats", "--port", "x"], "Invalid value for '--port': Input should be a valid integer"),
         (["brief", "show", "-d", "a/b"], "domain 'a/b' must have the form 'user/session/task'"),
         (["status", "--nats", "http://x"], "server URL 'http://x' must start with one of nats://"),
+        (["brief", "propose", "add_note", "x", "-d", "a/b/c", "-a", "x/../y"], "agent name 'x/../y' contains '/'"),
+        (["inspect", "../../x", "-d", "a/b/c"], "agent name '../../x' contains '.'"),
+        (["coordinator", "--replicas", "7"], "Invalid value for '--replicas'"),
     ],
 )
 def test_bad_arguments_exit_2_with_a_reason(args: list[str], says: str, tmp_path: Path) -> None:
@@ -91,29 +104,23 @@ def test_unreachable_server_is_one_line_with_a_hint(tmp_path: Path) -> None:
     assert "`ctxbus up` starts a local one" in lines[0]
 
 
-def _children(pid: int) -> list[int]:
-    """Pids of the processes whose parent is `pid` (Linux: read from /proc)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # gone meanwhile
-        if int(fields[1]) == pid:
-            found.append(int(stat.parent.name))
-    return found
-
-
 @pytest.mark.parametrize("command", ["nats", "up"])
 def test_a_dead_embedded_server_is_one_line(command: str, tmp_path: Path) -> None:
-    proc = _ctxbus(command, "--port", "0", env_dir=tmp_path)
-    assert proc.stdout is not None
-    while "press Ctrl-C to stop" not in (line := proc.stdout.readline()):
-        assert line, "the command ended before it was ready"
-    (server_pid,) = _children(proc.pid)
-    os.kill(server_pid, signal.SIGKILL)
-    _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 1
+    with Command(command, "--port", "0", env=_env(tmp_path)) as cli:
+        while "press Ctrl-C to stop" not in (line := cli.readline()):
+            assert line, f"the command ended before it was ready; stderr:\n{cli.stderr}"
+        (server_pid,) = cli.children()
+        os.kill(server_pid, signal.SIGKILL)
+        _, err = cli.finish()
+    assert cli.proc.returncode == 1
     lines = err.strip().splitlines()
     assert lines[-1].startswith("ctxbus: error: nats-server exited unexpectedly; see "), err
     assert "Traceback" not in err and "ExceptionGroup" not in err
+
+
+def test_status_without_a_coordinator_exits_1(nats_server_factory: ServerFactory, tmp_path: Path) -> None:
+    server = nats_server_factory()
+    proc = _ctxbus("status", "--nats", server.url, env_dir=tmp_path)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err
+    assert "no coordinator answered" in out

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from tests.cli._procs import Command
+
 
 def _demo(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "CTXBUS_STATE_DIR": str(tmp_path), "COLUMNS": "200"}
@@ -86,29 +88,19 @@ def test_bad_arguments_fail_fast_with_a_clear_message(args: list[str], words: li
 def test_ctrl_c_stops_every_process_and_keeps_the_data(tmp_path: Path) -> None:
     data = tmp_path / "run"
     env = {**os.environ, "CTXBUS_STATE_DIR": str(tmp_path), "COLUMNS": "200"}
-    demo = subprocess.Popen(
-        [sys.executable, "-m", "coordinator.cli", "swarm", "demo", "--data-dir", str(data)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    assert demo.stdout is not None
-    try:
+    with Command("swarm", "demo", "--data-dir", str(data), env=env) as demo:
         joined = 0
-        for line in demo.stdout:  # event lines scroll above the live table
+        while joined < 3:  # event lines scroll above the live table
+            line = demo.readline(timeout=60)
+            assert line, f"the demo ended before three agents joined; stderr:\n{demo.stderr}"
             joined += "joined the brief" in line
-            if joined == 3:
-                break
         assert _processes_using(data), "the agents and the NATS server should be running"
-        demo.send_signal(signal.SIGINT)
-        _, err = demo.communicate(timeout=30)
-    finally:
-        if demo.poll() is None:
-            demo.kill()
-    assert demo.returncode == 130, err
-    assert f"kept in {data}" in err
-    assert _processes_using(data) == []
+        demo.children()
+        demo.proc.send_signal(signal.SIGINT)
+        _, err = demo.finish()
+        assert demo.proc.returncode == 130, err
+        assert f"kept in {data}" in err
+        assert _processes_using(data) == [] and demo.orphans() == []  # checked before the cleanup kills
     assert sorted(p.name for p in (data / "agents").glob("*.db")) == ["agent-1.db", "agent-2.db", "agent-3.db"]
 
 

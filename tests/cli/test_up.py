@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from bus import uses_uvloop
+from tests.cli._procs import Command
 
 
 def _run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -23,28 +24,26 @@ def _run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def up(tmp_path: Path) -> Iterator[dict[str, str]]:
-    """`ctxbus up --port 0` running; yields the environment pointing commands at it."""
+    """`ctxbus up --port 0` running; yields the environment pointing commands at it.
+
+    Stopped with SIGINT as a user would; if anything fails, it and its nats-server are killed.
+    """
     env = {**os.environ, "CTXBUS_STATE_DIR": str(tmp_path), "COLUMNS": "200"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "coordinator.cli", "up", "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    assert proc.stdout is not None
-    url = proc.stdout.readline().strip().removeprefix("NATS ready at ")
-    assert url.startswith("nats://"), proc.stderr.read() if proc.stderr else url
-    proc.stdout.readline()  # data dir
-    coordinator_line = proc.stdout.readline()
-    loop = "uvloop" if uses_uvloop() else "asyncio"
-    assert f"(event loop: {loop})" in coordinator_line, coordinator_line
-    proc.stdout.readline()  # hint
-    yield {**env, "CTXBUS_NATS_URL": url, "CTXBUS_DOMAIN": "alice/s1/t1"}
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
-    assert "data kept" in out
+    with Command("up", "--port", "0", env=env) as cli:
+        url = cli.readline().strip().removeprefix("NATS ready at ")
+        assert url.startswith("nats://"), f"{url!r}; stderr:\n{cli.stderr}"
+        cli.readline()  # data dir
+        coordinator_line = cli.readline()
+        loop = "uvloop" if uses_uvloop() else "asyncio"
+        assert f"(event loop: {loop})" in coordinator_line, coordinator_line
+        cli.readline()  # hint
+        assert len(cli.children()) == 1, "`ctxbus up` runs one nats-server"
+        yield {**env, "CTXBUS_NATS_URL": url, "CTXBUS_DOMAIN": "alice/s1/t1"}
+        cli.proc.send_signal(signal.SIGINT)
+        out, err = cli.finish()
+        assert cli.proc.returncode == 0, err
+        assert "data kept" in out
+        assert cli.orphans() == [], "nats-server outlived `ctxbus up`"
 
 
 def test_two_agents_propose_and_every_reader_agrees(up: dict[str, str]) -> None:
@@ -68,5 +67,6 @@ def test_two_agents_propose_and_every_reader_agrees(up: dict[str, str]) -> None:
     assert [entry["author"] for entry in log] == ["alice", "bob"]
 
     status = json.loads(_run("status", "--json", env=up).stdout)
-    assert status["coordinator"]["commits"] == 2
-    assert status["coordinator"]["domains"] == ["alice/s1/t1"]
+    (coordinator,) = status["coordinators"]
+    assert coordinator["commits"] == 2
+    assert coordinator["domains"] == ["alice/s1/t1"]

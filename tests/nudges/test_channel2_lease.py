@@ -113,7 +113,9 @@ async def test_a_delivered_cycle_is_never_sent_again(leases: Leases, domain: Dom
 async def test_delivered_does_not_expire_with_the_claim_ttl(leases: Leases, domain: Domain) -> None:
     lease = lease_for(leases, Host(), domain, ttl=SHORT_TTL)
     await lease.deliver(0, text="x")
+    await _leave_dead_claim(leases, lease, 1)  # control: written last, with the claim TTL
     await anyio.sleep(SHORT_TTL * 2.5)
+    assert (await lease.inspect(1)).state is DirectiveState.ABSENT, "the server did not expire the control claim"
     assert (await lease.inspect(0)).state is DirectiveState.DELIVERED
 
 
