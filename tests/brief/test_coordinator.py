@@ -35,6 +35,7 @@ from schemas import (
     AddDecision,
     AddNote,
     AddPending,
+    BriefOp,
     Close,
     Commit,
     Committed,
@@ -58,6 +59,28 @@ from tests._support import running_coordinator
 
 def _domain() -> Domain:
     return Domain.parse(f"u{uuid.uuid4().hex[:8]}/s1/t1")
+
+
+async def _cached_domain(client: NatsClient) -> tuple[Domain, Proposer]:
+    """A fresh domain the running coordinator holds in its cache (one commit in), and its agent."""
+    domain = _domain()
+    agent = Proposer(client, domain, agent_id="a")
+    assert await agent.propose(AddNote(text="warm the cache")) == Committed(revision=1)
+    return domain, agent
+
+
+async def _commit_behind_its_back(client: NatsClient, domain: Domain, op: BriefOp) -> BriefState:
+    """Append `op` as the domain's next commit, as another coordinator would; the state after it."""
+    log = BriefLog(client)
+    state = await log.load(domain)
+    commit = Commit.of(
+        Proposal(domain=domain, author="b", op=op, key=uuid.uuid4().hex),
+        revision=state.brief.revision + 1,
+        ts=0.0,
+        committed_by="other-coordinator",
+    )
+    seq = await log.append(state, [commit], sender="other-coordinator")
+    return BriefState(apply(state.brief, commit), seq)
 
 
 @pytest.fixture
@@ -247,20 +270,9 @@ async def test_a_coordinator_that_missed_the_close_and_purge_refuses_to_reopen(
     running: tuple[NatsClient, TaskGroup],
 ) -> None:
     client, _ = running
-    domain = _domain()
-    agent = Proposer(client, domain, agent_id="a")
-    assert await agent.propose(AddNote(text="warm the cache")) == Committed(revision=1)
-    # Another coordinator closes the domain and purges it behind this one's back.
+    domain, agent = await _cached_domain(client)
     log = BriefLog(client)
-    state = await log.load(domain)
-    close = Commit.of(
-        Proposal(domain=domain, author="b", op=Close(reason="shipped"), key="close"),
-        revision=2,
-        ts=0.0,
-        committed_by="other-coordinator",
-    )
-    seq = await log.append(state, [close], sender="other-coordinator")
-    await log.purge(BriefState(apply(state.brief, close), seq))
+    await log.purge(await _commit_behind_its_back(client, domain, Close(reason="shipped")))
     refused = await agent.propose(AddPending(text="start over"))
     assert isinstance(refused, Rejection) and refused.code is RejectionCode.DOMAIN_CLOSED, refused
     assert await log.end(domain) == 0, "nothing was appended to the purged log"
@@ -403,19 +415,8 @@ async def test_a_stale_coordinator_does_not_refuse_what_another_committed(
     running: tuple[NatsClient, TaskGroup],
 ) -> None:
     client, _ = running
-    domain = _domain()
-    agent = Proposer(client, domain, agent_id="a")
-    assert await agent.propose(AddNote(text="warm the cache")) == Committed(revision=1)
-    # Another coordinator commits behind this one's back.
-    log = BriefLog(client)
-    state = await log.load(domain)
-    added = Commit.of(
-        Proposal(domain=domain, author="b", op=AddPending(text="made elsewhere"), key="elsewhere"),
-        revision=2,
-        ts=0.0,
-        committed_by="other-coordinator",
-    )
-    await log.append(state, [added], sender="other-coordinator")
+    domain, agent = await _cached_domain(client)
+    await _commit_behind_its_back(client, domain, AddPending(text="made elsewhere"))
     # Judged on its stale cache alone, p2 would be unknown; the coordinator must notice.
     assert await agent.propose(Complete(item_id="p2", outcome="ok")) == Committed(revision=3)
 
