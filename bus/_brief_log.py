@@ -39,6 +39,10 @@ __all__ = ["BriefLog", "BriefState", "batch_msg_id", "commits_of"]
 log = logging.getLogger(__name__)
 
 SNAPSHOT_KEY: Final = "brief"
+HEADER_ROOM: Final = 1024
+"""Bytes of an entry's size limit left for its headers (message id, expected sequence):
+the server counts them in `max_payload`, and closes the connection of a client that
+sends more, so a batch must be split before that."""
 
 
 def batch_msg_id(commits: Sequence[Commit]) -> str:
@@ -151,7 +155,7 @@ class BriefLog:
         )
         return await self.txlog.append(
             subject(state.domain, Verb.TX),
-            envelope.encode(max_size=self._max_payload),
+            envelope.encode(max_size=self._max_payload - HEADER_ROOM),
             batch_msg_id(commits),
             expected_last_subject_seq=state.seq,
         )
@@ -207,7 +211,10 @@ def commits_of(entry: LogEntry) -> tuple[Commit, ...]:
 
 
 def _commit_envelope(entry: LogEntry) -> Envelope:
-    envelope = Envelope.decode(entry.payload)
+    # No size limit: the server checked it when it stored the entry, against its own
+    # max_payload, which may be larger than the default; a replica must not skip what
+    # the coordinator applied.
+    envelope = Envelope.decode(entry.payload, max_size=None)
     if envelope.type is not MessageType.COMMIT:
         raise WireError(f"a {envelope.type} envelope is not a commit")
     return envelope

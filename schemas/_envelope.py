@@ -105,15 +105,18 @@ class Envelope(BaseModel):
         return data
 
     @classmethod
-    def decode(cls, data: bytes, *, max_size: int = DEFAULT_MAX_PAYLOAD) -> Self:
+    def decode(cls, data: bytes, *, max_size: int | None = DEFAULT_MAX_PAYLOAD) -> Self:
         """Parse and validate msgpack bytes from the wire.
+
+        `max_size=None` reads data of any size: for what a server already size-checked
+        when it stored it (a log entry), which may have a larger limit than the default.
 
         :raises PayloadTooLarge: before any parsing, if `data` is over `max_size` bytes.
         :raises DecodeError: if `data` is not one complete msgpack map.
         :raises SchemaVersionError: if `v` is not a supported version.
         :raises EnvelopeInvalid: if any field is missing, unknown or of the wrong type.
         """
-        if len(data) > max_size:
+        if max_size is not None and len(data) > max_size:
             raise PayloadTooLarge(len(data), max_size)
         raw = _unpack(data)
         version = raw.get("v")

@@ -1,0 +1,56 @@
+"""The brief's log at the edge of the server's size limit, on a real server."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from bus import BriefLog, BusConfig, connect
+from bus.testing import ServerFactory
+from schemas import AddNote, Commit, CommitBatch, Domain, Envelope, MessageType, PayloadTooLarge, Proposal
+
+MAX_PAYLOAD = 64 * 1024
+
+
+def _envelope_size(domain: Domain, commits: list[Commit]) -> int:
+    body = CommitBatch(commits=tuple(commits)).model_dump(mode="json")
+    envelope = Envelope(type=MessageType.COMMIT, domain=domain, sender="test", body=body)
+    return len(envelope.encode(max_size=10 * MAX_PAYLOAD))
+
+
+def _batch_of_size(domain: Domain, size: int) -> list[Commit]:
+    """Notes whose commit envelope is `size` bytes, give or take a few."""
+
+    def batch(notes: int, last: int) -> list[Commit]:
+        texts = [f"{i} " + "n" * 1990 for i in range(notes)] + ["last " + "n" * last]
+        proposals = [Proposal(domain=domain, author="a", op=AddNote(text=t), key=f"k{i}") for i, t in enumerate(texts)]
+        return [Commit.of(p, revision=i + 1, ts=0.0, committed_by="test") for i, p in enumerate(proposals)]
+
+    notes = 0
+    while _envelope_size(domain, batch(notes + 1, 1)) < size:
+        notes += 1
+    last = max(1, min(1990, size - _envelope_size(domain, batch(notes, 1))))
+    return batch(notes, last)
+
+
+async def test_a_batch_that_fits_only_without_its_headers_is_refused_and_the_connection_lives(
+    nats_server_factory: ServerFactory,
+) -> None:
+    server = nats_server_factory(max_payload=MAX_PAYLOAD)
+    client = await connect(BusConfig(servers=[server.url]))
+    try:
+        log = BriefLog(client)
+        await log.ensure()
+        domain = Domain.parse(f"u/s/{uuid.uuid4().hex[:8]}")
+        commits = _batch_of_size(domain, MAX_PAYLOAD - 100)  # under the limit, but not with the headers
+        assert MAX_PAYLOAD - 200 < _envelope_size(domain, commits) < MAX_PAYLOAD
+        state = await log.load(domain)
+        with pytest.raises(PayloadTooLarge):
+            await log.append(state, commits, sender="test")
+        assert not client.is_closed
+        half = commits[: len(commits) // 2]  # what the coordinator does next: split the batch
+        assert await log.append(state, half, sender="test") > 0
+        assert (await log.load(domain)).brief.revision == len(half)
+    finally:
+        await client.close()
