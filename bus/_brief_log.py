@@ -122,6 +122,20 @@ class BriefLog:
             state = self.apply_entry(state, entry)
         return state
 
+    async def refresh(self, state: BriefState, log_end: int | None = None) -> BriefState:
+        """`state` brought up to the log's end (`log_end`, if the caller knows it already).
+
+        Normally the commits after `state.seq`; but a log that ends before `state.seq`
+        no longer holds what `state` was built from (a closed domain purged, a stream
+        recreated), and only loading the domain afresh tells what is left of it.
+        """
+        if log_end is None:
+            log_end = await self.end(state.domain)
+        if log_end < state.seq:
+            log.info("the log of %s ends at %d, before %d; loading it afresh", state.domain, log_end, state.seq)
+            return await self.load(state.domain)
+        return await self.catch_up(state)
+
     async def end(self, domain: Domain) -> int:
         """Stream sequence of the domain's last log entry; 0 if its log is empty."""
         return await self.txlog.last_seq(subject(domain, Verb.TX))

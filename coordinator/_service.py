@@ -315,7 +315,7 @@ class Coordinator:
                 # coordinator that missed another's commits would refuse valid proposals.
                 refused = any(isinstance(pending.reply, Rejection) for pending in batch)
                 if refused and (end := await self._log.end(state.domain)) != state.seq:
-                    await self._refresh(cached, end)
+                    cached.state = await self._log.refresh(state, end)
                     continue
                 await self._answer(cached.state.domain, batch)
                 return 0
@@ -323,7 +323,7 @@ class Coordinator:
                 seq = await self._log.append(state, commits, sender=self.id)
             except CasConflict as exc:
                 self.metrics.cas_retries += 1
-                await self._refresh(cached, exc.actual)
+                cached.state = await self._log.refresh(state, exc.actual)
                 self._learn_owner(cached)
                 # Coordinators that lose a race to each other in step would keep losing;
                 # a random pause of up to a few appends breaks the lockstep.
@@ -348,18 +348,6 @@ class Coordinator:
             pending.reply = busy
         await self._answer(cached.state.domain, batch)
         return 0
-
-    async def _refresh(self, cached: _Domain, log_end: int | None) -> None:
-        """Bring the cached brief up to the domain's log, which ends at `log_end` if known.
-
-        A log that ends before the cached brief was purged under it (another coordinator
-        closed the domain): then only the snapshot tells what is left of it.
-        """
-        if log_end is not None and log_end < cached.state.seq:
-            log.info("%s: the log ends before the cached brief; reloading it", cached.state.domain)
-            cached.state = await self._log.load(cached.state.domain)
-        else:
-            cached.state = await self._log.catch_up(cached.state)
 
     def _judge(self, brief: TaskBrief, batch: list[_Pending]) -> tuple[TaskBrief, list[Commit]]:
         """Set each proposal's reply, judging each on the brief after the ones before it.
@@ -440,7 +428,7 @@ class Coordinator:
             try:
                 seq = await self._log.append(cached.state, [commit], sender=self.id)
             except CasConflict as exc:  # another writer folds or moves on: fold after its commit
-                await self._refresh(cached, exc.actual)
+                cached.state = await self._log.refresh(cached.state, exc.actual)
                 return
             cached.state = BriefState(apply(cached.state.brief, commit), seq)
             self.metrics.committed()

@@ -28,7 +28,8 @@ class BriefReplica:
     brief has caught up with the log, then keeps following until cancelled.
 
     :param resume_from: a state saved earlier (e.g. in the agent's store); the replica
-        catches up from its sequence instead of loading the snapshot.
+        catches up from its sequence instead of loading the snapshot, unless the log no
+        longer reaches that far (the domain was closed and purged meanwhile).
     """
 
     def __init__(
@@ -81,7 +82,7 @@ class BriefReplica:
             log.info("joined %s at revision %d (seq %d)", self.domain, self.revision, self._state.seq)
         else:
             before = self._state.brief.revision
-            self._state = await self._log.catch_up(self._state)
+            self._state = await self._log.refresh(self._state)
             log.info("resumed %s: revision %d -> %d", self.domain, before, self.revision)
         self._notify()
         task_status.started()

@@ -8,7 +8,7 @@ import anyio
 
 from agents.brief import BriefReplica
 from bus import TX_STREAM, BriefLog, BriefState, NatsClient, Verb, subject
-from schemas import AddPending, Commit, Complete, Domain, Proposal, SetGoal, TaskBrief, apply, brief_hash
+from schemas import AddPending, Close, Commit, Complete, Domain, Proposal, SetGoal, TaskBrief, apply, brief_hash
 
 BATCH = 50
 
@@ -75,4 +75,26 @@ async def test_restarted_replica_resumes_without_a_full_replay(nats_client: Nats
         await tg.start(resumed.run)
         assert resumed.revision == 520
         assert resumed.hash == brief_hash(final.brief)
+        tg.cancel_scope.cancel()
+
+
+async def test_a_replica_resumed_after_its_domain_was_closed_and_purged_sees_it_closed(
+    nats_client: NatsClient,
+) -> None:
+    log = BriefLog(nats_client)
+    await log.ensure()
+    domain = Domain.parse(f"resume/s/{uuid.uuid4().hex[:8]}")
+    saved = await _write(log, await log.load(domain), 0, 10)
+    close = Commit.of(
+        Proposal(domain=domain, author="a", op=Close(reason="shipped"), key="close"),
+        revision=11,
+        ts=0.0,
+        committed_by="test",
+    )
+    closed = BriefState(apply(saved.brief, close), await log.append(saved, [close], sender="test"))
+    await log.purge(closed)
+    async with anyio.create_task_group() as tg:
+        resumed = BriefReplica(nats_client, domain, resume_from=saved)
+        await tg.start(resumed.run)
+        assert resumed.brief.is_closed and resumed.revision == 11
         tg.cancel_scope.cancel()
