@@ -34,6 +34,7 @@ from schemas._brief_messages import (
     parse_proposal,
 )
 from schemas._brief_ops import (
+    FOLD_MAX,
     AddBlocker,
     AddConstraint,
     AddDecision,
@@ -107,6 +108,7 @@ __all__ = [
     "ENVELOPE_VERSION",
     "Envelope",
     "EnvelopeInvalid",
+    "FOLD_MAX",
     "FoldDone",
     "ID_MAX",
     "InvalidDomain",

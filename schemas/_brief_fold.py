@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from schemas._brief import DoneSummary, TaskBrief
-from schemas._brief_ops import FoldDone
+from schemas._brief_ops import FOLD_MAX, FoldDone
 from schemas._brief_render import render_brief
 
 __all__ = ["fold_done_op", "fold_updates"]
@@ -44,7 +44,7 @@ def fold_done_op(brief: TaskBrief, budget_tokens: int, count_tokens: Callable[[s
         return None
     if count_tokens(render_brief(brief)) <= budget_tokens:
         return None
-    ids = tuple(d.id for d in brief.done)
+    ids = tuple(d.id for d in brief.done[:FOLD_MAX])  # the rest at the next commit
 
     def fits(n: int) -> bool:
         draft = brief.model_copy(update=fold_updates(brief, ids[:n], rev=brief.revision + 1))

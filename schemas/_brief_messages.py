@@ -15,7 +15,7 @@ from pydantic import Field, TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
 from schemas._brief import AuthorId, BriefModel, DomainField, IdempotencyKey, Revision
-from schemas._brief_ops import BriefOp
+from schemas._brief_ops import BriefOp, FoldDone
 
 __all__ = [
     "Commit",
@@ -188,9 +188,16 @@ def parse_proposal(body: Mapping[str, object]) -> Proposal | Rejection:
     """Validate a proposal body from the wire, or say in a `Rejection` why it is not one.
 
     A bad body is the proposer's mistake, not a fault of the receiver, so it is answered
-    rather than raised.
+    rather than raised. `fold_done` is refused too: only a coordinator folds, when the
+    brief is over its budget, and it does not send itself proposals.
     """
     try:
-        return Proposal.model_validate(body)
+        proposal = Proposal.model_validate(body)
     except ValidationError as exc:
         return Rejection.from_validation_error(exc)
+    if isinstance(proposal.op, FoldDone):
+        return Rejection(
+            code=RejectionCode.INVALID_OP,
+            reason="fold_done is the coordinators' own operation, done when the brief is over its budget",
+        )
+    return proposal

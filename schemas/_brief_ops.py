@@ -8,13 +8,14 @@ are filled in when the commit is applied, identically on every replica.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, TypeAlias
+from typing import Annotated, Final, Literal, TypeAlias
 
 from pydantic import Field, TypeAdapter
 
 from schemas._brief import BriefModel, ItemId, Option, Outcome, Reason, Text
 
 __all__ = [
+    "FOLD_MAX",
     "AddBlocker",
     "AddConstraint",
     "AddDecision",
@@ -141,6 +142,10 @@ class Close(BriefModel):
     """Why, if worth saying."""
 
 
+FOLD_MAX: Final = 10_000
+"""Most done items one fold takes; a brief with more folds them in several commits."""
+
+
 class FoldDone(BriefModel):
     """Fold done items into the done summary, keeping their facts.
 
@@ -148,7 +153,7 @@ class FoldDone(BriefModel):
     """
 
     op: Literal["fold_done"] = "fold_done"
-    item_ids: Annotated[tuple[ItemId, ...], Field(min_length=1)]
+    item_ids: Annotated[tuple[ItemId, ...], Field(min_length=1, max_length=FOLD_MAX)]
     """Ids of the done items to fold, each at most once."""
 
 

@@ -265,12 +265,14 @@ def _check_reopen(brief: TaskBrief, option: str) -> Rejection | None:
 
 
 def _check_fold(brief: TaskBrief, item_ids: tuple[str, ...]) -> Rejection | None:
-    if len(set(item_ids)) != len(item_ids):
-        twice = next(i for i in item_ids if item_ids.count(i) > 1)
-        return _no(Code.INVALID_OP, f"done item {twice} is listed more than once")
-    for item_id in item_ids:
-        if _find(brief.done, item_id) is None:
+    done = {d.id for d in brief.done}
+    seen: set[str] = set()
+    for item_id in item_ids:  # linear: a fold may name thousands of items
+        if item_id in seen:
+            return _no(Code.INVALID_OP, f"done item {item_id} is listed more than once")
+        if item_id not in done:
             return _no(Code.UNKNOWN_ITEM, f"there is no done item {item_id!r} to fold")
+        seen.add(item_id)
     return None
 
 

@@ -20,6 +20,7 @@ from schemas._brief_messages import (
     parse_proposal,
 )
 from schemas._brief_ops import (
+    FOLD_MAX,
     AddBlocker,
     AddConstraint,
     AddDecision,
@@ -385,6 +386,18 @@ BAD_BODIES = [
         RejectionCode.FIELD_TOO_LONG,
         "'op.reject.option' is 501 characters",
         id="long_option",
+    ),
+    pytest.param(
+        {"op": {"op": "fold_done", "item_ids": ["d1"]}},
+        RejectionCode.INVALID_OP,
+        "fold_done is the coordinators' own operation",
+        id="fold_from_an_agent",
+    ),
+    pytest.param(
+        {"op": {"op": "fold_done", "item_ids": [f"d{i}" for i in range(FOLD_MAX + 1)]}},
+        RejectionCode.INVALID_OP,
+        f"at most {FOLD_MAX} items",
+        id="fold_too_long",
     ),
 ]
 
