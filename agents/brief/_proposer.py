@@ -29,7 +29,7 @@ from schemas import (
     unique_id,
 )
 
-__all__ = ["Proposer", "DEFAULT_PROPOSE_DEADLINE"]
+__all__ = ["Proposer", "ProposalUnanswered", "DEFAULT_PROPOSE_DEADLINE"]
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +66,12 @@ class Proposer:
         """Propose `op` and return the coordinator's answer (committed or rejected).
 
         :param key: idempotency key; a fresh one when not given. Reuse it to retry.
-        A `busy` answer (coordinators contending for the log) is retried like a lost
-        reply, with the same key.
+        A `busy` answer (coordinators contending for the log, or one overloaded) and an
+        unreadable one are retried like a lost reply, with the same key, through the
+        whole group.
 
-        :raises BusUnavailable: if no coordinator answered within `deadline` seconds.
+        :raises ProposalUnanswered: if no coordinator answered within `deadline` seconds;
+            it carries the key to retry with.
         """
         proposal = Proposal(
             domain=self.domain,
@@ -98,14 +100,33 @@ class Proposer:
                 log.debug("proposal %s not answered (%s); retrying with the same key", proposal.key, exc)
                 await retry.pause()
                 continue
-            reply, coordinator = _parse_reply(answer)
-            self._direct = routed(self._subject, coordinator)
-            if isinstance(reply, Rejection) and reply.code is RejectionCode.BUSY:
-                log.debug("proposal %s met a busy log; retrying with the same key", proposal.key)
+            try:
+                reply, coordinator = _parse_reply(answer)
+            except WireError as exc:  # as good as lost: the proposal may or may not be committed
+                log.warning("unreadable answer to proposal %s (%s); retrying with the same key", proposal.key, exc)
+                self._direct = None
                 await retry.pause()
                 continue
+            if isinstance(reply, Rejection) and reply.code is RejectionCode.BUSY:
+                log.debug("proposal %s met a busy coordinator; retrying with the same key", proposal.key)
+                self._direct = None  # another member of the group may be free
+                await retry.pause()
+                continue
+            self._direct = routed(self._subject, coordinator)
             return reply
-        raise BusUnavailable(f"no coordinator answered proposal {proposal.key} within {deadline:g}s")
+        raise ProposalUnanswered(proposal.key, deadline)
+
+
+class ProposalUnanswered(BusUnavailable):
+    """No coordinator answered a proposal in time. It may still have been committed:
+    proposing again with `key` tells, without committing it twice."""
+
+    def __init__(self, key: str, deadline: float) -> None:
+        self.key = key
+        super().__init__(
+            f"no coordinator answered proposal {key} within {deadline:g}s; it may still be committed: "
+            f"propose again with key={key!r} to find out without committing it twice"
+        )
 
 
 def _parse_reply(data: bytes) -> tuple[Reply, str]:

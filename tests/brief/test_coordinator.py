@@ -14,8 +14,9 @@ import anyio.to_thread
 import msgpack
 import pytest
 from anyio.abc import TaskGroup
+from nats.aio.msg import Msg
 
-from agents.brief import BriefReplica, Proposer
+from agents.brief import BriefReplica, ProposalUnanswered, Proposer
 from bus import (
     BriefLog,
     BriefState,
@@ -47,6 +48,7 @@ from schemas import (
     Reject,
     Rejection,
     RejectionCode,
+    Reply,
     ReplyAdapter,
     SetGoal,
     TaskBrief,
@@ -494,13 +496,42 @@ async def test_a_proposal_gives_up_at_its_deadline_even_inside_an_attempt(nats_c
     domain = _domain()
     silent = await nats_client.subscribe(subject(domain, Verb.PROPOSE))  # hears, never answers
     try:
-        with anyio.fail_after(10), pytest.raises(BusUnavailable, match="within 0.5s"):
+        with anyio.fail_after(10), pytest.raises(ProposalUnanswered, match="within 0.5s") as unanswered:
             await Proposer(nats_client, domain, agent_id="a").propose(
                 AddNote(text="unheard"), attempt_timeout=30, deadline=0.5
             )
     finally:
         await silent.unsubscribe()
     assert silent.delivered >= 1
+    sent = Proposal.model_validate(Envelope.decode((await silent.next_msg(timeout=1)).data).body)
+    assert unanswered.value.key == sent.key, "the error names the key to retry with"
+    assert f"key={sent.key!r}" in str(unanswered.value)
+
+
+async def test_an_unreadable_or_busy_answer_is_retried_with_the_same_key(nats_client: NatsClient) -> None:
+    domain = _domain()
+    answers = [b"\x93garbage", _reply_envelope(Rejection(code=RejectionCode.BUSY, reason="full; retry"))]
+    answers.append(_reply_envelope(Committed(revision=7)))
+    keys = []
+
+    async def answer(msg: Msg) -> None:
+        keys.append(Proposal.model_validate(Envelope.decode(msg.data).body).key)
+        await nats_client.publish(msg.reply, answers[len(keys) - 1])
+
+    sub = await nats_client.subscribe(subject(domain, Verb.PROPOSE), cb=answer)
+    try:
+        with anyio.fail_after(10):
+            reply = await Proposer(nats_client, domain, agent_id="a").propose(AddNote(text="x"), deadline=5)
+    finally:
+        await sub.unsubscribe()
+    assert reply == Committed(revision=7)
+    assert len(keys) == 3 and len(set(keys)) == 1
+
+
+def _reply_envelope(reply: Reply) -> bytes:
+    return Envelope(
+        type=MessageType.REPLY, domain=_domain(), sender="c-test", body=reply.model_dump(mode="json")
+    ).encode()
 
 
 class _SnapshotsBlock(Coordinator):
