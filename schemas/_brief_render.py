@@ -3,22 +3,30 @@
 Compact on purpose: the rendered brief is paid for in every prompt of every agent. Items
 keep their ids (agents need them to complete, resolve or supersede) and drop revisions;
 rejected options keep their reasons so an agent sees why before proposing one again.
+
+Every text is rendered on one line: an agent's note must not be able to draw a heading
+or an item of its own ("...\nConstraints (must hold):\n- [c1] ...") into every other
+agent's pinned context.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from schemas._brief import Decision, TaskBrief
 
 __all__ = ["render_brief"]
 
+_LINE_BREAKS = re.compile(r"\s*[\r\n\v\f\x85\u2028\u2029]+\s*")
+_SHOWN_BREAK = " ⏎ "
+
 
 def render_brief(brief: TaskBrief) -> str:
     """Render `brief` as a few headed lists; empty sections are left out."""
     lines = [_title(brief)]
     if brief.goal is not None:
-        lines.append(f"Goal: {brief.goal.text}")
+        lines.append(f"Goal: {_one_line(brief.goal.text)}")
     _section(lines, "Constraints (must hold)", (f"[{c.id}] {c.text}" for c in brief.constraints))
     _section(lines, "Decisions", map(_decision_line, brief.decisions))
     _section(
@@ -34,12 +42,16 @@ def render_brief(brief: TaskBrief) -> str:
     return "\n".join(lines)
 
 
+def _one_line(text: str) -> str:
+    return _LINE_BREAKS.sub(_SHOWN_BREAK, text)
+
+
 def _title(brief: TaskBrief) -> str:
     title = f"Task brief {brief.domain} @ rev {brief.revision}"
     if brief.closed is not None:
         why = f": {brief.closed.reason}" if brief.closed.reason else ""
         title += f" (CLOSED at rev {brief.closed.rev} by {brief.closed.author}{why})"
-    return title
+    return _one_line(title)
 
 
 def _decision_line(decision: Decision) -> str:
@@ -52,7 +64,7 @@ def _decision_line(decision: Decision) -> str:
 
 
 def _section(lines: list[str], heading: str, entries: Iterable[str]) -> None:
-    body = [f"- {entry}" for entry in entries]
+    body = [f"- {_one_line(entry)}" for entry in entries]
     if body:
         lines.append(f"{heading}:")
         lines.extend(body)
