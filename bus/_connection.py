@@ -193,28 +193,33 @@ class _EventLog:
     """nats-py callbacks that log one line per event instead of printing tracebacks.
 
     While disconnected, every failed reconnect attempt raises the same error; we log
-    the first at WARNING and the repeats at DEBUG, so an outage is one line, not a flood.
+    the first at WARNING and its repeats at DEBUG, so an outage is one line, not a flood.
+    Any other error, and any error while connected, is logged at WARNING.
     """
 
     def __init__(self, client: Client) -> None:
         self.client = client
         self.connected = False
         self.last_error: str | None = None
-        self._quiet = False
+        self._reported_while_away: str | None = None
+        """The error already logged during this outage, if any."""
 
     async def on_error(self, exc: Exception) -> None:
         message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         self.last_error = message
-        level = logging.DEBUG if self._quiet or not self.connected else logging.WARNING
+        away = not self.client.is_connected
+        repeat = away and message == self._reported_while_away
+        level = logging.DEBUG if repeat or not self.connected else logging.WARNING
         log.log(level, "NATS error: %s", message)
-        self._quiet = True
+        if away:
+            self._reported_while_away = message
 
     async def on_disconnected(self) -> None:
         if self.connected and not self.client.is_closed:
             log.warning("disconnected from NATS; reconnecting")
 
     async def on_reconnected(self) -> None:
-        self._quiet = False
+        self._reported_while_away = None
         log.warning("reconnected to NATS")
 
     async def on_closed(self) -> None:
