@@ -43,7 +43,8 @@ class CasConflict(BusError):
 
 
 class LeaseHeld(BusError):
-    """Raised when `claim` loses: someone else holds the lease."""
+    """Raised when `claim` loses: someone else holds the lease (`holder`, or None when
+    the key holds a value that is not a lease record)."""
 
     def __init__(self, key: str, holder: str | None, revision: int) -> None:
         self.key = key

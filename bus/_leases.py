@@ -66,7 +66,10 @@ class Leases:
         """Take `key` for `holder` for `ttl` seconds; exactly one concurrent claimer wins.
 
         :param record: the value to store; `LeaseRecord(holder=holder)` when not given.
-        :raises LeaseHeld: if the key is held (its value names the holder).
+        :raises LeaseHeld: if the key is held; `holder` names the holder, or is None if
+            the value is not a lease record.
+        :raises CasConflict: if the key changed under every attempt (released, expired
+            and claimed again meanwhile): read it again before deciding.
         :raises UsageError: if `ttl` is under one second.
         """
         value = record or LeaseRecord(holder=holder)
@@ -82,7 +85,7 @@ class Leases:
                     expected = current.revision
                 else:
                     raise LeaseHeld(key, _holder(current.value), current.revision) from None
-        raise LeaseHeld(key, None, expected)
+        raise CasConflict(key, expected, None)
 
     async def transition(
         self, key: str, expected_revision: int, record: LeaseRecord, ttl: float | None = None
@@ -103,14 +106,18 @@ class Leases:
         await self._bucket.delete(key, expected_revision=expected_revision)
 
     async def read(self, key: str) -> Lease | None:
-        """The current lease at `key`, or None if free (never claimed, released, expired)."""
+        """The current lease at `key`, or None if free (never claimed, released, expired).
+
+        :raises LeaseHeld: with `holder=None`, if the key holds a value that is not a
+            lease record: it is not free (`claim` would fail), but nobody we know holds it.
+        """
         entry = await self._bucket.get(key)
         if entry is None or entry.value is None:
             return None
         try:
             return Lease(key, entry.revision, LeaseRecord.decode(entry.value))
         except WireError:
-            return None  # a foreign value: nobody we know holds it
+            raise LeaseHeld(key, None, entry.revision) from None
 
 
 def _holder(value: bytes | None) -> str | None:

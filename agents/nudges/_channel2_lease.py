@@ -262,7 +262,10 @@ class Channel2Lease:
         return self._result(cycle, outcome)
 
     async def _view(self, cycle: int) -> DirectiveView:
-        lease = await self._leases.read(self.key(cycle))
+        try:
+            lease = await self._leases.read(self.key(cycle))
+        except LeaseHeld as held:  # bytes nobody we know wrote
+            return DirectiveView(DirectiveState.UNKNOWN, held.revision)
         if lease is None:
             return DirectiveView(DirectiveState.ABSENT, 0)
         return DirectiveView(self._classify(cycle, lease.record), lease.revision, lease.record)
@@ -285,6 +288,8 @@ class Channel2Lease:
         except LeaseHeld as held:
             if held.holder is None:  # bytes nobody we know wrote
                 return DirectiveView(DirectiveState.UNKNOWN, held.revision)
+            return await self._view(cycle)
+        except CasConflict:  # it kept changing under every attempt: see what it is now
             return await self._view(cycle)
         return DirectiveView(DirectiveState.PENDING, lease.revision, record)
 

@@ -8,7 +8,7 @@ import anyio
 import pytest
 from nats.aio.client import Client
 
-from bus import CasConflict, LeaseHeld, Leases
+from bus import Bucket, BucketConfig, CasConflict, LeaseHeld, Leases
 from schemas import LeaseRecord, UsageError
 
 
@@ -88,3 +88,14 @@ async def test_release_frees_the_key(leases: Leases) -> None:
 async def test_sub_second_ttl_is_refused(leases: Leases) -> None:
     with pytest.raises(UsageError, match="ttl must be at least 1 second, got 0.5"):
         await leases.claim(_key(), "a", ttl=0.5)
+
+
+async def test_a_foreign_value_is_neither_free_nor_anyones(leases: Leases, nats_client: Client) -> None:
+    key = _key()
+    await Bucket(nats_client, BucketConfig(name=leases.config.bucket)).put(key, b"\x00 not a lease record")
+    with pytest.raises(LeaseHeld) as on_read:
+        await leases.read(key)
+    with pytest.raises(LeaseHeld) as on_claim:
+        await leases.claim(key, "a", ttl=30)
+    assert on_read.value.holder is None and on_claim.value.holder is None
+    assert on_read.value.revision == on_claim.value.revision
