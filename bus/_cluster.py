@@ -11,6 +11,7 @@ from typing import Self
 from bus._errors import ServerError
 from bus._lifecycle import ProcessGroup
 from bus._server import DEFAULT_START_TIMEOUT, ClusterRoutes, EmbeddedServer, free_port
+from schemas import UsageError
 
 __all__ = ["LoopbackCluster"]
 
@@ -34,7 +35,7 @@ class LoopbackCluster(ProcessGroup):
         start_timeout: float = DEFAULT_START_TIMEOUT,
     ) -> None:
         if size < 1:
-            raise ServerError(f"a cluster needs at least one node, got size={size}")
+            raise UsageError(f"a cluster needs at least one node, got size={size}")
         self._owns_base_dir = base_dir is None
         self.base_dir = Path(base_dir) if base_dir is not None else Path(tempfile.mkdtemp(prefix="ctxbus-cluster-"))
         self.name = name

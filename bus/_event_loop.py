@@ -3,7 +3,7 @@
 nats-py is asyncio-only, so asyncio it is. On the 2-core machines we measure on, every
 proposal and every log entry wakes several processes, and the cost of one trip through
 the loop shows directly in commits per second; uvloop's loop makes that trip cheaper
-(`docs/ARCHITECTURE.md` §8 has the figures). Set `CTXBUS_NO_UVLOOP=1` to run on the
+(`docs/ARCHITECTURE.md` §7 has the figures). Set `CTXBUS_NO_UVLOOP=1` to run on the
 standard loop, to rule uvloop out when chasing a problem.
 """
 

@@ -14,7 +14,7 @@ import msgpack
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator
 
 from schemas._domain import Domain
-from schemas._errors import DecodeError, EnvelopeInvalid, InvalidDomain, PayloadTooLarge, SchemaVersionError
+from schemas._errors import DecodeError, EnvelopeInvalid, PayloadTooLarge, SchemaVersionError
 from schemas._ids import unique_id
 
 __all__ = [
@@ -119,15 +119,15 @@ class Envelope(BaseModel):
         if max_size is not None and len(data) > max_size:
             raise PayloadTooLarge(len(data), max_size)
         raw = _unpack(data)
-        version = raw.get("v")
+        if "v" not in raw:
+            raise SchemaVersionError(None, SUPPORTED_VERSIONS)
+        version = raw["v"]
         if version not in SUPPORTED_VERSIONS or isinstance(version, bool):
             raise SchemaVersionError(version, SUPPORTED_VERSIONS)
         try:
             return cls.model_validate(raw)
-        except ValidationError as exc:
+        except ValidationError as exc:  # a bad domain too: pydantic wraps InvalidDomain
             raise EnvelopeInvalid(_describe(exc)) from exc
-        except InvalidDomain as exc:
-            raise EnvelopeInvalid(f"field 'domain': {exc}") from exc
 
 
 def _unpack(data: bytes) -> dict[str, Any]:

@@ -60,7 +60,10 @@ class SchemaVersionError(WireError):
         self.version = version
         self.supported = supported
         wanted = ", ".join(str(v) for v in supported)
-        super().__init__(f"unsupported envelope version {version!r}; this build speaks v{wanted}")
+        if version is None:
+            super().__init__(f"the envelope has no version field 'v'; this build speaks v{wanted}")
+        else:
+            super().__init__(f"unsupported envelope version {version!r}; this build speaks v{wanted}")
 
 
 class EnvelopeInvalid(WireError):

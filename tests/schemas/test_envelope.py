@@ -84,6 +84,7 @@ def test_domain_travels_in_display_form() -> None:
         (_raw(v=2), SchemaVersionError, "unsupported envelope version 2; this build speaks v1"),
         (_raw(v="1"), SchemaVersionError, "version '1'"),
         (_raw(v=True), SchemaVersionError, "version True"),
+        (msgpack.packb({"type": "commit"}), SchemaVersionError, "the envelope has no version field 'v'"),
         (_raw(type="gossip"), EnvelopeInvalid, "field 'type'"),
         (_raw(ts="yesterday"), EnvelopeInvalid, "field 'ts'"),
         (_raw(sender=""), EnvelopeInvalid, "field 'sender'"),
