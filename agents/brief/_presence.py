@@ -10,7 +10,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from bus import PRESENCE_BUCKET, Bucket, BucketConfig, BusError, NatsClient, kv_key
-from schemas import Domain, Presence, WireError
+from schemas import Domain, Presence, WireError, validate_token
 
 __all__ = ["PresenceBeacon", "read_presence", "DEFAULT_HEARTBEAT"]
 
@@ -33,7 +33,8 @@ class PresenceBeacon:
         interval: float = DEFAULT_HEARTBEAT,
     ) -> None:
         self._bucket = Bucket(client, BucketConfig(name=PRESENCE_BUCKET))
-        self._key = kv_key(domain, agent_id)
+        # The id is a key token here, stricter than an author: say so in its own name.
+        self._key = kv_key(domain, validate_token(agent_id, field="agent id"))
         self._snapshot = snapshot
         self._interval = interval
 
