@@ -32,9 +32,9 @@ class PresenceBeacon:
         *,
         interval: float = DEFAULT_HEARTBEAT,
     ) -> None:
-        self._bucket = Bucket(client, BucketConfig(name=PRESENCE_BUCKET))
         # The id is a key token here, stricter than an author: say so in its own name.
         self._key = kv_key(domain, validate_token(agent_id, field="agent id"))
+        self._bucket = Bucket(client, BucketConfig(name=PRESENCE_BUCKET))
         self._snapshot = snapshot
         self._interval = interval
 
