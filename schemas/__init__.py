@@ -50,6 +50,7 @@ from schemas._brief_ops import (
     Reopen,
     ResolveBlocker,
     SetGoal,
+    op_fingerprint,
 )
 from schemas._brief_render import render_brief
 from schemas._brief_rules import ReplayError, applied_revision, apply, apply_accepted, triage, validate
@@ -154,6 +155,7 @@ __all__ = [
     "fold_done_op",
     "message_id",
     "normalize",
+    "op_fingerprint",
     "parse_proposal",
     "render_brief",
     "triage",

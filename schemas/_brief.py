@@ -234,10 +234,11 @@ class TaskBrief(BriefModel):
     """Open obstacles, oldest first; resolving one removes it."""
     notes: tuple[Item, ...] = ()
     """Anything else worth sharing, oldest first."""
-    applied_keys: dict[AuthorId, tuple[tuple[IdempotencyKey, Revision], ...]] = Field(default_factory=dict)
-    """Per author, the last `KEYS_PER_AUTHOR` idempotency keys committed and their
-    revisions, oldest first. Part of the replicated state so that any coordinator can
-    answer a retried proposal with its original revision; an author with more than
+    applied_keys: dict[AuthorId, tuple[tuple[IdempotencyKey, Revision, int], ...]] = Field(default_factory=dict)
+    """Per author, the last `KEYS_PER_AUTHOR` idempotency keys committed, each with its
+    revision and the fingerprint of its op (`op_fingerprint`), oldest first. Part of the
+    replicated state so that any coordinator can answer a retried proposal with its
+    original revision, and refuse a key reused for another op; an author with more than
     `KEYS_PER_AUTHOR` proposals in flight may see an old retry committed again."""
 
     @property

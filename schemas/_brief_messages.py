@@ -123,6 +123,8 @@ class RejectionCode(StrEnum):
     """A decision adopts an option that is rejected and was not reopened."""
     DUPLICATE = "duplicate"
     """The same content (ignoring case and spacing) is already there."""
+    KEY_REUSED = "key_reused"
+    """The idempotency key was committed already, for another op: a new op needs a new key."""
     CONFLICT = "conflict"
     """The op contradicts the brief: completing a done item, superseding a superseded
     decision, rejecting the active decision's option."""

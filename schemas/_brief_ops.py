@@ -8,14 +8,17 @@ are filled in when the commit is applied, identically on every replica.
 
 from __future__ import annotations
 
+import zlib
 from typing import Annotated, Final, Literal, TypeAlias
 
+import msgpack
 from pydantic import Field, TypeAdapter
 
 from schemas._brief import BriefModel, ItemId, Option, Outcome, Reason, Text
 
 __all__ = [
     "FOLD_MAX",
+    "op_fingerprint",
     "AddBlocker",
     "AddConstraint",
     "AddDecision",
@@ -177,3 +180,13 @@ BriefOp: TypeAlias = Annotated[
 
 BriefOpAdapter: TypeAdapter[BriefOp] = TypeAdapter(BriefOp)
 """Validates one operation from a plain dict: `BriefOpAdapter.validate_python(raw)`."""
+
+
+def op_fingerprint(op: BriefOp) -> int:
+    """A 32-bit fingerprint of `op`, the same in every process and on every run.
+
+    The brief keeps it with each idempotency key, so that a retry (the same op under the
+    same key) can be told from a key reused for another op. Not a security measure:
+    only an author's own mistakes are caught.
+    """
+    return zlib.crc32(msgpack.packb([getattr(op, name) for name in type(op).model_fields]))

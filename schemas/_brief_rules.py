@@ -41,6 +41,7 @@ from schemas._brief_ops import (
     Reopen,
     ResolveBlocker,
     SetGoal,
+    op_fingerprint,
 )
 from schemas._errors import CtxbusError
 
@@ -60,9 +61,15 @@ class ReplayError(CtxbusError):
 
 def applied_revision(brief: TaskBrief, author: str, key: str) -> int | None:
     """Revision at which `author`'s proposal `key` was committed, if it is remembered."""
-    for remembered, revision in brief.applied_keys.get(author, ()):
+    applied = _applied(brief, author, key)
+    return None if applied is None else applied[0]
+
+
+def _applied(brief: TaskBrief, author: str, key: str) -> tuple[int, int] | None:
+    """Revision and op fingerprint of `author`'s committed proposal `key`, if remembered."""
+    for remembered, revision, fingerprint in brief.applied_keys.get(author, ()):
         if remembered == key:
-            return revision
+            return revision, fingerprint
     return None
 
 
@@ -70,11 +77,19 @@ def triage(brief: TaskBrief, proposal: Proposal) -> Reply | None:
     """The reply to send without committing, or `None` to commit at `brief.revision + 1`.
 
     A key already committed is answered with its original revision (`duplicate=True`),
-    before any other rule: a retried `close` must still hear that it was committed.
+    before any other rule: a retried `close` must still hear that it was committed. The
+    same key with another op is refused: answering it "committed" would lose the op.
     Rejections are not remembered, so a retried rejected proposal is judged afresh.
     """
-    revision = applied_revision(brief, proposal.author, proposal.key)
-    if revision is not None:
+    applied = _applied(brief, proposal.author, proposal.key)
+    if applied is not None:
+        revision, fingerprint = applied
+        if fingerprint != op_fingerprint(proposal.op):
+            return _no(
+                Code.KEY_REUSED,
+                f"key {proposal.key!r} was committed at rev {revision} for another operation; "
+                "a new operation needs a new key",
+            )
         return Committed(revision=revision, duplicate=True)
     return validate(brief, proposal)
 
@@ -131,7 +146,7 @@ def apply_accepted(brief: TaskBrief, commit: Commit) -> TaskBrief:
     proposal. Anything else must call `apply`.
     """
     changes = _effect(brief, commit.op, author=commit.author, rev=commit.revision)
-    keys = _remember(brief.applied_keys, commit.author, commit.key, commit.revision)
+    keys = _remember(brief.applied_keys, commit.author, (commit.key, commit.revision, op_fingerprint(commit.op)))
     return brief.model_copy(update={**changes, "revision": commit.revision, "applied_keys": keys})
 
 
@@ -336,9 +351,9 @@ def _effect(brief: TaskBrief, op: BriefOp, *, author: str, rev: int) -> dict[str
 
 
 def _remember(
-    keys: Mapping[str, tuple[tuple[str, int], ...]], author: str, key: str, rev: int
-) -> dict[str, tuple[tuple[str, int], ...]]:
-    mine = (*keys.get(author, ()), (key, rev))[-KEYS_PER_AUTHOR:]
+    keys: Mapping[str, tuple[tuple[str, int, int], ...]], author: str, applied: tuple[str, int, int]
+) -> dict[str, tuple[tuple[str, int, int], ...]]:
+    mine = (*keys.get(author, ()), applied)[-KEYS_PER_AUTHOR:]
     return {**keys, author: mine}
 
 

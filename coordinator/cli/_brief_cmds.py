@@ -82,7 +82,7 @@ def propose(
         str | None,
         typer.Option(
             help="Idempotency key: reuse it only to retry the same proposal; a key already committed "
-            "is answered with its first revision, whatever the change."
+            "for another change is refused (key_reused)."
         ),
     ] = None,
     nats: NatsOption = DEFAULT_NATS_URL,

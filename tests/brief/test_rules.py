@@ -35,6 +35,7 @@ from schemas._brief_ops import (
     Reopen,
     ResolveBlocker,
     SetGoal,
+    op_fingerprint,
 )
 from schemas._brief_rules import applied_revision, validate
 from tests.brief.helpers import DOMAIN, OTHER, accept, next_key, seeded, submit
@@ -418,7 +419,9 @@ def test_good_proposal_body_parses() -> None:
 
 def test_every_rejection_code_has_a_case() -> None:
     # DOMAIN_CLOSED has its own test, run for every op.
-    covered = {c.code for c in REFUSED} | {p.values[1] for p in BAD_BODIES} | {RejectionCode.DOMAIN_CLOSED}
+    # KEY_REUSED has its own test too, with the idempotency tests.
+    covered = {c.code for c in REFUSED} | {p.values[1] for p in BAD_BODIES}
+    covered |= {RejectionCode.DOMAIN_CLOSED, RejectionCode.KEY_REUSED}
     # BUSY is the coordinator's answer to contention, never a rule's verdict.
     assert covered == set(RejectionCode) - {RejectionCode.BUSY}
 
@@ -447,6 +450,26 @@ def test_repeated_close_is_committed_not_refused() -> None:
     assert isinstance(first, Committed)
     assert reply == Committed(revision=first.revision, duplicate=True)
     assert again is closed
+
+
+def test_a_key_reused_for_another_op_is_refused_not_reported_committed() -> None:
+    brief, first = submit(seeded(), AddNote(text="once"), key="k-reused")
+    assert isinstance(first, Committed)
+    after, reply = submit(brief, AddPending(text="something else entirely"), key="k-reused")
+    assert isinstance(reply, Rejection) and reply.code is RejectionCode.KEY_REUSED
+    assert f"committed at rev {first.revision} for another operation" in reply.reason
+    assert after is brief
+    # The same text through another op, or the same op with other text, is another op too.
+    for other in (AddPending(text="once"), AddNote(text="twice")):
+        refused = submit(brief, other, key="k-reused")[1]
+        assert isinstance(refused, Rejection) and refused.code is RejectionCode.KEY_REUSED
+
+
+def test_op_fingerprints_are_the_same_in_every_process() -> None:
+    # Pinned values: a fingerprint that changed between runs or processes would refuse
+    # every retry, or accept every reuse, on replicas of another build.
+    assert op_fingerprint(AddNote(text="once")) == 1376399159
+    assert op_fingerprint(FoldDone(item_ids=("d1", "d2"))) == 2585971470
 
 
 def test_keys_are_per_author() -> None:
