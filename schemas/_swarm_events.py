@@ -130,7 +130,10 @@ class AgentResult(_Model):
     synthetic_messages: int
     cycles: list[Channel2Cycle]
     missing_constraints: list[str]
-    """The user's hard constraints absent from the final prompt (should be none)."""
+    """Hard constraints the agent's own user stated that its pinned context lacks at the
+    end (should be none); the brief block does not count."""
+    missing_from_brief: list[str] = []
+    """The lead's constraints that the brief block of the final prompt lacks (should be none)."""
     revision: int
     hash: str
 

@@ -8,6 +8,7 @@ message (Channel 2), and the model reacts the way a diligent agent would, by cal
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from typing import Final, TypeVar
@@ -27,6 +28,10 @@ _TAG = re.compile(r"§(\d+)§")
 _BRIEF_WAIT: Final = 20.0
 """Seconds to wait for another agent's commit to reach this replica."""
 _SENT: Final = frozenset({DeliveryOutcome.SENT, DeliveryOutcome.RECOVERED})
+_FAILURE: Final = "TimeoutError"
+"""The error every CI log of the corpus ends with."""
+_DIG_HITS: Final = 3
+_ERROR_MARK: Final = "##[error]"
 
 T = TypeVar("T")
 
@@ -84,18 +89,35 @@ class ScriptedModel:
             if hinted:
                 await self._reduce(n, hinted, why="Channel 1 reminder")
         if self.agent.context.message(tag).state == "archived":
-            await self._dig(n, tag)
+            await self._dig(n, tag, _dig_query(output))
 
-    async def _dig(self, n: int, tag: int) -> None:
-        """The prompt shows the archived log compact; find the failure without loading it."""
-        hits = self.agent.search("TimeoutError lock released", limit=3)
+    async def _dig(self, n: int, tag: int, query: str) -> None:
+        """The prompt shows the archived log §tag§ compact; find the failure without loading it.
+
+        The model searches, then reads the hit that is that log. Hits without it are
+        reported as unexpected, not papered over by reading the tag it already knew.
+        """
+        hits = self.agent.search(query, limit=_DIG_HITS)
         self.tally.searches += 1
         listing = "\n".join(f"§{h.tag}§ {h.tool_name or h.kind} ({h.layer}) {h.snippet}" for h in hits) or "no hits"
-        await self._record("ctx_search", '{"query": "TimeoutError lock released"}', listing, f"{self._calls}-{n}-s")
-        lines = self.agent.read(tag, query="TimeoutError")
+        arguments = json.dumps({"query": query, "limit": _DIG_HITS})
+        await self._record("ctx_search", arguments, listing, f"{self._calls}-{n}-s")
+        found = next((h.tag for h in hits if h.tag == tag), None)
+        if found is None:
+            returned = ", ".join(f"§{h.tag}§ {h.tool_name or h.kind}" for h in hits) or "no hits"
+            self._unexpected(n, f"ctx_search did not return the archived CI log §{tag}§ (it returned {returned})")
+            return
+        lines = self.agent.read(found, query=_FAILURE)
         self.tally.reads += 1
-        await self._record("ctx_read", f'{{"ref": {tag}, "query": "TimeoutError"}}', lines, f"{self._calls}-{n}-r")
-        self._say(n, f"archived CI log §{tag}§: found the failure with ctx_search + ctx_read")
+        await self._record("ctx_read", json.dumps({"ref": found, "query": _FAILURE}), lines, f"{self._calls}-{n}-r")
+        if _FAILURE not in lines:
+            self._unexpected(n, f"ctx_read of the archived CI log §{found}§ shows no {_FAILURE} line")
+            return
+        self._say(n, f"archived CI log §{found}§: found the failure with ctx_search + ctx_read")
+
+    def _unexpected(self, n: int, what: str) -> None:
+        self.tally.unexpected.append(f"step {n}: {what}")
+        self._say(n, f"[unexpected] {what}")
 
     async def _record(self, tool: str, args: str, output: str, call_id: str) -> None:
         self.agent.assistant(f'<tool_call name="{tool}">{args}</tool_call>', tool_name=tool, call_id=call_id)
@@ -194,6 +216,15 @@ class ScriptedModel:
                 await anyio.sleep(0.05)
             return found
         return None
+
+
+def _dig_query(output: str) -> str:
+    """What the model searches an archived CI log with: the run time on its `##[error]`
+    line (e.g. `468s`, shown in the compact form). The failure itself would not do:
+    every earlier CI log, search and read holds the same TimeoutError, and BM25 ranks
+    those short records above an 8k-token log."""
+    error = next((line for line in reversed(output.splitlines()) if line.startswith(_ERROR_MARK)), "")
+    return error.split()[-1] if error else _FAILURE
 
 
 def _tags(text: str) -> list[int]:

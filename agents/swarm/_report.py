@@ -49,7 +49,10 @@ class AgentReport(BaseModel):
     """Channel 2 messages in the agent's conversation."""
     channel2_cycles: list[Channel2Cycle]
     missing_constraints: list[str]
-    """Hard constraints the final prompt lacks: must be none, whatever was dropped."""
+    """Constraints the agent's own user stated that its final pinned layer lacks (the
+    brief block aside): must be none, whatever was dropped."""
+    missing_from_brief: list[str]
+    """The lead's constraints that the brief block of the agent's final prompt lacks."""
     revision: int
     hash: str
     starts: int
@@ -116,6 +119,7 @@ class SwarmReport(BaseModel):
                     channel2_messages=r.synthetic_messages,
                     channel2_cycles=r.cycles,
                     missing_constraints=r.missing_constraints,
+                    missing_from_brief=r.missing_from_brief,
                     revision=r.revision,
                     hash=r.hash,
                     starts=tally.starts,
@@ -150,7 +154,12 @@ def _judge(
             )
         failures += _channel2_failures(a)
         if a.missing_constraints:
-            failures.append(f"{a.agent}'s final prompt lost the constraints {a.missing_constraints}")
+            failures.append(
+                f"{a.agent}'s pinned context (brief block aside) lost constraints its user stated: "
+                f"{a.missing_constraints}"
+            )
+        if a.missing_from_brief:
+            failures.append(f"the brief in {a.agent}'s final prompt lacks the constraints {a.missing_from_brief}")
         if a.prompt_tokens >= a.history_tokens:
             failures.append(
                 f"{a.agent}'s prompt ({a.prompt_tokens:,} tokens) is not smaller than its history ({a.history_tokens:,})"

@@ -69,7 +69,8 @@ class SwarmRunner:
         return f"<SwarmRunner {self.config.domain} {states}>"
 
     async def run(self) -> SwarmReport:
-        """Run every agent to the end and return the report (invariants not yet judged).
+        """Run every agent to the end and return the report, judged: `failures` names
+        each broken invariant, and `ok` is True when there is none.
 
         :raises SwarmError: if the swarm does not finish within the deadline.
         """

@@ -22,10 +22,12 @@ from schemas import AddConstraint, AddDecision, AddNote, AddPending, BriefOp, Re
 
 __all__ = [
     "ADOPTER",
+    "CACHE_GET_RULE",
     "CONSTRAINTS",
     "GOAL",
     "MIN_STEPS",
     "REJECTED_OPTION",
+    "VENDOR_RULE",
     "AdoptRejected",
     "CompleteMine",
     "Intent",
@@ -34,14 +36,15 @@ __all__ = [
     "agent_name",
     "pending_text",
     "step",
+    "user_constraints",
 ]
 
 GOAL: Final = "Fix the flaky cache-invalidation tests in service/cache without changing the public API of Cache.get"
-CONSTRAINTS: Final = (
-    "Never edit files under vendor/",
-    "Budget <= 100k tokens per prompt",
-    "Do not add new dependencies",
-)
+VENDOR_RULE: Final = "Never edit files under vendor/"
+CONSTRAINTS: Final = (VENDOR_RULE, "Budget <= 100k tokens per prompt", "Do not add new dependencies")
+"""The lead's user states all three; the lead records them in the brief."""
+CACHE_GET_RULE: Final = "do not change the signature of Cache.get"
+"""Said to every agent later on, in a 'Remember:' nudge."""
 REJECTED_OPTION: Final = "Redis distributed lock"
 REJECTION_REASON: Final = "ops will not run Redis in production (the user ruled it out at the start)"
 ADOPTER: Final = 1
@@ -79,7 +82,7 @@ _TOOLS: Final = (
 _USER_EVERY: Final = 4
 _NUDGES: Final = (
     "Keep going; tell me when the invalidation test passes.",
-    "Remember: do not change the signature of Cache.get, other teams call it.",
+    f"Remember: {CACHE_GET_RULE}, other teams call it.",
     "Any progress? Run the failing test again after your change.",
     "Good. Keep the fix small and stay inside service/cache.",
 )
@@ -147,11 +150,22 @@ def step(index: int, agents: int, number: int, steps: int) -> Step:
     )
 
 
+def user_constraints(index: int, steps: int) -> tuple[str, ...]:
+    """The hard constraints agent `index`'s own user states in a run of `steps` steps.
+
+    The lead's user states all of `CONSTRAINTS`, every other agent's user only
+    `VENDOR_RULE`; all of them later say `CACHE_GET_RULE`. Each agent must keep its own
+    in its pinned layer, whatever the brief holds.
+    """
+    said = [text for number in range(steps) if (text := _user_message(index, number))]
+    return tuple(rule for rule in (*CONSTRAINTS, CACHE_GET_RULE) if any(rule in text for text in said))
+
+
 def _user_message(index: int, number: int) -> str | None:
     if number == 0:
         if index == 0:
             return f"Goal: {GOAL}. You lead the team. {'. '.join(CONSTRAINTS)}."
-        return f"Goal: {GOAL}. Your part: {_AREAS[index % len(_AREAS)]}. Never edit files under vendor/."
+        return f"Goal: {GOAL}. Your part: {_AREAS[index % len(_AREAS)]}. {VENDOR_RULE}."
     if index == 0 and number == 2:
         return f"We tried a {REJECTED_OPTION} last year; {REJECTION_REASON.split(' (')[0]}. Rule it out."
     if number % _USER_EVERY == 0:

@@ -21,8 +21,9 @@ import anyio
 from agents.context import ContextConfig
 from agents.nudges import Channel2Lease, Channel2LeaseConfig, DirectiveState
 from agents.runtime import Agent, AgentConfig
+from agents.swarm._constraints import missing_from_brief, missing_from_pinned
 from agents.swarm._model import ScriptedModel
-from agents.swarm._scenario import CONSTRAINTS, agent_name, step
+from agents.swarm._scenario import CONSTRAINTS, agent_name, step, user_constraints
 from bus import BusConfig, Leases, connect, run_async
 from schemas import Domain
 from schemas._swarm_events import (
@@ -146,14 +147,17 @@ async def _play(agent: Agent, args: argparse.Namespace, leases: Leases, *, saved
         return 3
     request = ReportRequest.model_validate_json(line)
     await agent.replica.wait_for(request.revision, timeout=REPORT_WAIT)
-    _emit(await _result(agent, tally, leases))
+    _emit(await _result(agent, tally, leases, own=user_constraints(args.index, args.steps)))
     return 0
 
 
-async def _result(agent: Agent, tally: Tally, leases: Leases) -> AgentResult:
-    """The final report, with each Channel 2 cycle checked on the bus and in the host."""
+async def _result(agent: Agent, tally: Tally, leases: Leases, *, own: Sequence[str]) -> AgentResult:
+    """The final report, with each Channel 2 cycle checked on the bus and in the host.
+
+    :param own: the constraints this agent's own user stated; they must be in its
+        pinned layer, and the lead's `CONSTRAINTS` in the brief block, each apart.
+    """
     composition = agent.compose()
-    prompt = "\n".join(m["content"] for m in composition.messages)
     messages = agent.context.messages()
     lease = Channel2Lease(leases, agent.host, domain=agent.domain, agent_id=agent.id)
     cycles = []
@@ -169,7 +173,8 @@ async def _result(agent: Agent, tally: Tally, leases: Leases) -> AgentResult:
         history_tokens=sum(m.tokens for m in messages),
         synthetic_messages=sum(m.kind == "synthetic" for m in messages),
         cycles=cycles,
-        missing_constraints=[c for c in CONSTRAINTS if c not in prompt],
+        missing_constraints=missing_from_pinned(composition.layers, own),
+        missing_from_brief=missing_from_brief(composition.layers, CONSTRAINTS),
         revision=agent.replica.revision,
         hash=agent.replica.hash,
     )

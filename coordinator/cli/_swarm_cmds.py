@@ -79,10 +79,12 @@ def demo(
     a coordinator, and N agent processes. Each agent plays a scripted model (no LLM,
     same story every run) on a real ctxbus runtime:
 
-    - its user states hard constraints first ("never edit vendor/", "budget <= 100k
-      tokens"): they are pinned, put in the shared brief, and never dropped;
-    - its tools return long output (greps, file reads, pytest runs; CI logs big enough
-      to be archived and searched with ctx_search / ctx_read);
+    - users state hard constraints: agent-1's user three at the start ("never edit
+      vendor/", "budget <= 100k tokens", "no new dependencies"), which agent-1 puts in
+      the shared brief; every other agent's user one ("never edit vendor/"); later every
+      user adds "do not change the signature of Cache.get". Each agent pins its own;
+    - each agent's tools return long output (greps, file reads, pytest runs; CI logs
+      big enough to be archived and searched with ctx_search / ctx_read);
     - agent-1 rejects a Redis lock; halfway through, agent-2 tries to adopt it anyway and
       the coordinator refuses, naming who rejected it and why;
     - nudges rise with the tail, up to Channel 2 (a synthetic message, exactly once per
@@ -91,9 +93,11 @@ def demo(
 
     The report compares each agent's prompt with its full history and checks the
     invariants: the same brief hash on every agent, exactly one Channel 2 message per
-    delivered cycle, the refused re-adoption, the resumed agent, every constraint still in
-    every prompt. Exit code 0 only if all hold, 1 otherwise (with what broke). Takes about
-    half a minute with the defaults; watch it live with `ctxbus top` too.
+    delivered cycle, the refused re-adoption, the resumed agent, each agent's own
+    constraints still in its pinned layer (looked for outside the brief, which holds
+    them too) and agent-1's three in the brief of every prompt. Exit code 0 only if all
+    hold, 1 otherwise (with what broke). Takes about half a minute with the defaults;
+    watch it live with `ctxbus top` too.
     """
     try:
         check_settings(agents=agents, steps=steps, step_delay=step_delay, kill_at=kill_at)
@@ -245,8 +249,10 @@ def _print_report(report: SwarmReport) -> None:
     hashes = {a.hash for a in report.agents}
     same = "the same on every agent" if len(hashes) == 1 and report.log_hash in hashes else "NOT the same everywhere"
     console.print(f"brief: rev {report.log_revision}, hash {report.log_hash[:12]}, {same}")
-    if not any(a.missing_constraints for a in report.agents):
-        console.print("constraints: every one the users stated is still in every agent's final prompt")
+    if report.agents and not any(a.missing_constraints for a in report.agents):
+        console.print("constraints: each agent's own, as its user stated them, are still pinned in its context")
+    if report.agents and not any(a.missing_from_brief for a in report.agents):
+        console.print("constraints: the brief in every agent's final prompt still holds agent-1's three")
     for r in report.refusals:
         console.print(f"re-adoption refused: {r.agent} proposed {r.option!r}: {r.reason}", markup=False)
     victim = next((a for a in report.agents if a.agent == report.victim), None)

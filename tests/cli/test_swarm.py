@@ -52,7 +52,7 @@ def test_demo_report_holds_every_invariant(tmp_path: Path) -> None:
         assert a["channel2_messages"] == len(held) >= 1
         assert a["reduces"] >= 1 and a["dropped"] >= 1
         assert a["prompt_tokens"] < a["history_tokens"]
-        assert a["missing_constraints"] == []
+        assert a["missing_constraints"] == [] and a["missing_from_brief"] == []
 
     # The rejected option: agent-1 rejected it, another agent was refused adopting it.
     [refusal] = report["refusals"]

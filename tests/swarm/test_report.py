@@ -66,7 +66,14 @@ def test_a_clean_run_holds() -> None:
         ({"synthetic_messages": 2}, "agent-1 holds 2 Channel 2 messages for 1 delivered cycles"),
         ({"cycles": [Channel2Cycle(cycle=0, lease="delivered", in_host=False)]}, "[0] are marked delivered"),
         ({"prompt_tokens": 300_000}, "is not smaller than its history"),
-        ({"missing_constraints": ["Never edit files under vendor/"]}, "lost the constraints"),
+        (
+            {"missing_constraints": ["Never edit files under vendor/"]},
+            "agent-1's pinned context (brief block aside) lost constraints its user stated: ['Never edit",
+        ),
+        (
+            {"missing_from_brief": ["Do not add new dependencies"]},
+            "the brief in agent-1's final prompt lacks the constraints ['Do not add new dependencies']",
+        ),
     ],
 )
 def test_each_broken_invariant_is_named(changes: dict[str, object], words: str) -> None:
