@@ -9,11 +9,12 @@ description is generated from the op models, so it cannot drift from `schemas`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final, get_args
+from typing import Final, get_args
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
+from agents.mcp._args import shown
 from schemas import BriefOp, BriefOpAdapter, FoldDone, UsageError
 
 __all__ = ["AGENT_OPS", "BadOp", "op_menu", "parse_op"]
@@ -42,11 +43,14 @@ def op_menu() -> str:
     return "\n".join(lines)
 
 
-def parse_op(raw: Mapping[str, Any]) -> BriefOp:
-    """Validate one op object.
+def parse_op(raw: object) -> BriefOp:
+    """Validate one op object, as the client sent it.
 
-    :raises BadOp: naming the unknown tag or the fields at fault, and the fix.
+    :raises BadOp: for a value that is not an object, or naming the unknown tag or the
+        fields at fault, and the fix.
     """
+    if not isinstance(raw, Mapping):
+        raise BadOp(f'the op must be an object such as {{"op": "set_goal", "text": "..."}}, got {shown(raw)}')
     tag = raw.get("op")
     if not isinstance(tag, str) or tag not in AGENT_OPS:
         known = ", ".join(AGENT_OPS)

@@ -11,7 +11,7 @@ from mcp.types import ToolAnnotations
 
 from agents.mcp._calls import ToolCalls
 from agents.mcp._host import McpHost
-from agents.mcp._tools import AgentTools
+from agents.mcp._tools import MCP_PROPOSE_DEADLINE, AgentTools
 from agents.runtime import Agent
 
 __all__ = ["brief_uri", "build_server"]
@@ -28,16 +28,25 @@ ctx_search and ctx_read bring anything back."""
 _READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
 """brief_get, ctx_search, ctx_read, ctx_status change nothing but the agent's own bookkeeping."""
 
+_PROPOSE = ToolAnnotations(destructive_hint=True, idempotent_hint=False, open_world_hint=False)
+"""brief_propose can destroy: `close` makes the coordinator refuse every later op on the
+task, for every agent, and `remove_constraint` takes a constraint out of the shared
+brief. A client that confirms destructive calls must confirm these. Not idempotent:
+without a key, the same op sent twice is two proposals."""
+
 
 def brief_uri(agent: Agent) -> str:
     """`ctxbus://brief/user/session/task`: the brief of the agent's domain."""
     return f"ctxbus://brief/{agent.domain}"
 
 
-def build_server(agent: Agent, host: McpHost) -> MCPServer[Any]:
-    """An MCP server whose tools act as `agent`; `host` must be the agent's Channel 2 host."""
+def build_server(agent: Agent, host: McpHost, *, propose_deadline: float = MCP_PROPOSE_DEADLINE) -> MCPServer[Any]:
+    """An MCP server whose tools act as `agent`; `host` must be the agent's Channel 2 host.
+
+    :param propose_deadline: seconds `brief_propose` waits for a coordinator.
+    """
     uri = brief_uri(agent)
-    tools = AgentTools(agent, ToolCalls(agent, host))
+    tools = AgentTools(agent, ToolCalls(agent, host), propose_deadline=propose_deadline)
     server: MCPServer[Any] = MCPServer(
         name="ctxbus",
         title=f"ctxbus agent {agent.id} on {agent.domain}",
@@ -46,7 +55,7 @@ def build_server(agent: Agent, host: McpHost) -> MCPServer[Any]:
     )
     for tool, hints in (
         (tools.brief_get, _READ_ONLY),
-        (tools.brief_propose, ToolAnnotations(destructive_hint=False, open_world_hint=False)),
+        (tools.brief_propose, _PROPOSE),
         (tools.ctx_search, _READ_ONLY),
         (tools.ctx_read, _READ_ONLY),
         (tools.ctx_reduce, ToolAnnotations(destructive_hint=False, idempotent_hint=True, open_world_hint=False)),

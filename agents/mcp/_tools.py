@@ -1,18 +1,22 @@
 """The six tools an MCP client gets: the shared brief and the agent's own context.
 
 Method docstrings are the tool descriptions the client's model reads, and parameter
-`Field`s become the input schema, so both are written for that reader.
+`Field`s become the input schema, so both are written for that reader. The SDK lets
+every argument through as sent and the body checks it (see `_args`), so a bad
+argument is a tagged one-sentence error like any other.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final
 
 import anyio
 from mcp.types import CallToolResult
 from pydantic import Field
 
+from agents.brief import ProposalUnanswered
+from agents.mcp import _args as args
 from agents.mcp._calls import ToolCalls, ToolFailure
 from agents.mcp._ops import op_menu, parse_op
 from agents.runtime import Agent
@@ -30,8 +34,17 @@ TAIL_SHOWN: Final = 30
 _VISIBLE_WAIT: Final = 5.0
 """Seconds to wait for our own commit to reach the local replica (read-your-writes)."""
 
-_TO_END: Final = 2**31
-"""`last_line` when only `first_line` is given."""
+_VIEWS: Final = ("text", "json")
+_QUERY_MAX: Final = 500
+_DROP_MAX: Final = 2000
+_LIMIT_MAX: Final = 20
+
+_KEY_HELP = (
+    "Idempotency key: reuse it to retry a proposal without committing it twice. A key "
+    "belongs to one operation: sent again with the same op, a committed key is answered "
+    "as already committed (nothing new is committed); sent with another op, it is refused "
+    "(key_reused). Use a new key for each new op."
+)
 
 _OP_HELP = (
     "One brief operation, as an object with an `op` field and that op's fields "
@@ -59,14 +72,19 @@ class AgentTools:
 
     async def brief_get(
         self,
-        view: Annotated[Literal["text", "json"], Field(description="'text' to read, 'json' for every field.")] = "text",
+        view: Annotated[
+            str,
+            args.AS_SENT,
+            args.schema({"type": "string", "enum": list(_VIEWS)}),
+            Field(description="'text' to read, 'json' for every field."),
+        ] = "text",
     ) -> CallToolResult:
         """Read the task brief every agent on this task shares: goal, constraints,
         decisions, rejected options (with reasons), blockers, pending and done items,
         notes. Item ids in [brackets] are what brief_propose ops refer to."""
 
         async def body() -> str:
-            if view == "text":
+            if args.choice("view", view, _VIEWS) == "text":
                 return self.brief_text()
             replica = self._agent.replica
             return json.dumps(
@@ -77,23 +95,31 @@ class AgentTools:
 
     async def brief_propose(
         self,
-        op: Annotated[dict[str, Any], Field(description=_OP_HELP)],
+        op: Annotated[Any, args.AS_SENT, args.schema({"type": "object"}), Field(description=_OP_HELP)],
         key: Annotated[
             str | None,
-            Field(
-                min_length=1,
-                max_length=KEY_MAX,
-                description="Idempotency key: reuse it to retry a proposal without committing it twice.",
-            ),
+            args.AS_SENT,
+            args.schema({"type": "string", "minLength": 1, "maxLength": KEY_MAX}, optional=True),
+            Field(description=_KEY_HELP),
         ] = None,
     ) -> CallToolResult:
         """Propose one change to the shared brief. A coordinator checks it against the
         brief (e.g. a rejected option cannot be adopted without reopening it) and
         commits it for every agent, or refuses it with the reason. Example op:
-        {"op": "add_decision", "option": "use sqlite", "rationale": "no server to run"}."""
+        {"op": "add_decision", "option": "use sqlite", "rationale": "no server to run"}.
+        An idempotency key belongs to one operation: never reuse one for another op."""
 
         async def body() -> str:
-            reply = await self._agent.proposer.propose(parse_op(op), key=key, deadline=self._propose_deadline)
+            parsed = parse_op(op)
+            wanted = args.optional_text("key", key, max_length=KEY_MAX)
+            try:
+                reply = await self._agent.proposer.propose(parsed, key=wanted, deadline=self._propose_deadline)
+            except ProposalUnanswered as exc:
+                raise ToolFailure(
+                    f"no coordinator answered within {self._propose_deadline:g}s, so the proposal may or may not "
+                    f"be committed: call brief_propose again with the same op and key={exc.key!r} to find out "
+                    "without committing it twice"
+                ) from exc
             if isinstance(reply, Rejection):
                 raise ToolFailure(f"rejected ({reply.code}): {reply.reason}")
             with anyio.move_on_after(_VISIBLE_WAIT):
@@ -107,17 +133,28 @@ class AgentTools:
 
     async def ctx_search(
         self,
-        query: Annotated[str, Field(min_length=1, max_length=500, description="Words to look for.")],
-        limit: Annotated[int, Field(ge=1, le=20, description="Most hits to return.")] = 5,
+        query: Annotated[
+            str,
+            args.AS_SENT,
+            args.schema({"type": "string", "minLength": 1, "maxLength": _QUERY_MAX}),
+            Field(description="Words to look for."),
+        ],
+        limit: Annotated[
+            Any,
+            args.AS_SENT,
+            args.schema({"type": "integer", "minimum": 1, "maximum": _LIMIT_MAX}),
+            Field(description="Most hits to return."),
+        ] = 5,
     ) -> CallToolResult:
         """Search everything this agent has seen through these tools, including output
         it released with ctx_reduce. Returns compact hits; read one in full with
         ctx_read."""
 
         async def body() -> str:
-            hits = self._agent.search(query, limit)
+            words = args.text("query", query, max_length=_QUERY_MAX)
+            hits = self._agent.search(words, args.integer("limit", limit, minimum=1, maximum=_LIMIT_MAX))
             if not hits:
-                return f"no matches for {query!r}"
+                return f"no matches for {words!r}"
             return "\n".join(
                 f"§{h.tag}§ {h.tool_name or h.kind} ({h.layer}, score {h.score:.1f}): {h.snippet}" for h in hits
             )
@@ -126,29 +163,70 @@ class AgentTools:
 
     async def ctx_read(
         self,
-        tag: Annotated[int | str, Field(description="A tag such as 12 or '§12§' (or a message id).")],
-        first_line: Annotated[int | None, Field(ge=1, description="First line to return (1-based).")] = None,
-        last_line: Annotated[int | None, Field(ge=1, description="Last line to return, inclusive.")] = None,
+        tag: Annotated[
+            Any,
+            args.AS_SENT,
+            args.schema({"anyOf": [{"type": "integer"}, {"type": "string", "minLength": 1}]}),
+            Field(description="A tag such as 12 or '§12§' (or a message id)."),
+        ],
+        first_line: Annotated[
+            Any,
+            args.AS_SENT,
+            args.schema({"type": "integer", "minimum": 1}, optional=True),
+            Field(description="First line to return (1-based)."),
+        ] = None,
+        last_line: Annotated[
+            Any,
+            args.AS_SENT,
+            args.schema({"type": "integer", "minimum": 1}, optional=True),
+            Field(description="Last line to return, inclusive."),
+        ] = None,
         query: Annotated[
-            str | None, Field(min_length=1, max_length=500, description="Return only the lines with these words.")
+            str | None,
+            args.AS_SENT,
+            args.schema({"type": "string", "minLength": 1, "maxLength": _QUERY_MAX}, optional=True),
+            Field(description="Return only the lines with these words."),
         ] = None,
     ) -> CallToolResult:
         """Read the full text of a tagged message, or some of its lines. Nothing is ever
         lost: released (ctx_reduce) output reads back in full."""
 
         async def body() -> str:
-            if query is not None and (first_line or last_line):
+            ref = args.tag("tag", tag)
+            first = args.optional_integer("first_line", first_line, minimum=1)
+            last = args.optional_integer("last_line", last_line, minimum=1)
+            words = args.optional_text("query", query, max_length=_QUERY_MAX)
+            if words is not None and (first or last):
                 raise UsageError("give a line range or a query, not both")
-            lines = (first_line or 1, last_line or _TO_END) if first_line or last_line else None
-            return self._agent.read(tag, lines=lines, query=query)
+            return self._agent.read(ref, lines=self._line_range(ref, first, last), query=words)
 
         arguments = {"tag": tag, "first_line": first_line, "last_line": last_line, "query": query}
         return await self._calls.run("ctx_read", arguments, body)
 
+    def _line_range(self, ref: int | str, first: int | None, last: int | None) -> tuple[int, int] | None:
+        """The range to read; an open end stops at the message's last line.
+
+        :raises UsageError: for a range that starts past the last line, naming what the
+            model sent.
+        """
+        if first is None and last is None:
+            return None
+        message = self._agent.context.message(ref)
+        lines = len(message.content.splitlines())
+        start = first or 1
+        if start > lines:
+            sent = ", ".join(f"{name}={value}" for name, value in (("first_line", first), ("last_line", last)) if value)
+            plural = "" if lines == 1 else "s"
+            raise UsageError(f"{sent} starts past the end: §{message.tag}§ has {lines:,} line{plural}")
+        return start, last if last is not None else lines
+
     async def ctx_reduce(
         self,
         drop: Annotated[
-            str, Field(min_length=1, max_length=2000, description='Tags and ranges to release, e.g. "3-5,9".')
+            str,
+            args.AS_SENT,
+            args.schema({"type": "string", "minLength": 1, "maxLength": _DROP_MAX}),
+            Field(description='Tags and ranges to release, e.g. "3-5,9".'),
         ],
     ) -> CallToolResult:
         """Release tool outputs you have finished with, by the §N§ tags their results
@@ -156,7 +234,7 @@ class AgentTools:
         searchable and readable with ctx_search and ctx_read."""
 
         async def body() -> str:
-            return self._agent.ctx_reduce(drop).summary()
+            return self._agent.ctx_reduce(args.text("drop", drop, max_length=_DROP_MAX)).summary()
 
         return await self._calls.run("ctx_reduce", {"drop": drop}, body)
 

@@ -16,7 +16,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from agents.brief import DEFAULT_HEARTBEAT, BriefReplica, PresenceBeacon, Proposer
-from agents.context import Composition, ContextConfig, LocalContext, SearchHit, Tokenizer
+from agents.context import Composition, ContextConfig, LocalContext, SearchHit, StoreError, Tokenizer
 from agents.nudges import (
     REDUCE_TOOL_NAME,
     Channel1,
@@ -81,6 +81,9 @@ class Agent:
 
     Methods that touch the context are synchronous and quick (SQLite in WAL mode);
     the ones that touch the bus are async.
+
+    :raises StoreError: from the constructor, if the store's directory cannot be
+        created or the store cannot be opened.
     """
 
     def __init__(
@@ -94,7 +97,7 @@ class Agent:
         self.config = config
         self.id = config.agent_id
         self.domain = config.domain
-        config.store.parent.mkdir(parents=True, exist_ok=True)
+        _make_store_dir(config.store)
         self.context = LocalContext(config.store, config.domain, config=config.context, tokenizer=tokenizer)
         self._nudge_store = SqliteNudgeStateStore(config.store)
         usable = config.context.window - config.context.reserve_system - config.context.reserve_output
@@ -272,3 +275,14 @@ class Agent:
     def _save_brief(self) -> None:
         if self._replica_ready():
             save_brief(self.context, self.replica.state)
+
+
+def _make_store_dir(store: Path) -> None:
+    """Create the directory the agent's store goes in.
+
+    :raises StoreError: naming the store and the reason, if it cannot be created.
+    """
+    try:
+        store.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"cannot create the directory of agent store {store}: {exc.strerror or exc}") from exc

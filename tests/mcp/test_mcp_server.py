@@ -120,7 +120,7 @@ async def test_every_tool_the_resource_and_bad_input(url: str, domain: str, tmp_
         assert missing.is_error and "bad complete op: item_id: Field required" in text(missing)
         assert (await propose(mcp, op="fold_done", item_ids=["d1"])).is_error
         not_an_object = await call(mcp, "brief_propose", op="set_goal")
-        assert not_an_object.is_error and "valid dictionary" in text(not_an_object)
+        assert not_an_object.is_error and body(not_an_object).startswith("error: the op must be an object such as")
 
         resources = (await mcp.list_resources()).resources
         assert [str(r.uri) for r in resources] == [f"ctxbus://brief/{domain}"]
@@ -198,6 +198,17 @@ async def test_reminders_ride_on_tool_results_and_stop_after_ctx_reduce(url: str
         status = json.loads(body(after))
         assert status["band"] == "quiet", json.dumps(status)
         assert {item["tag"]: item["state"] for item in status["tail"]}[spent[0]] == "dropped"
+
+
+def test_a_store_that_cannot_be_created_is_a_one_line_error(nats_url: str, tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "coordinator.cli", "mcp", "-d", "alice/s1/t1", "-a", "claude"]
+    command += ["--nats", nats_url, "--store", "/proc/ctxbus-test/x/claude.db"]
+    run = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=30)
+    assert run.returncode == 1 and run.stdout == ""
+    assert run.stderr == (
+        "ctxbus: error: cannot create the directory of agent store /proc/ctxbus-test/x/claude.db: "
+        "No such file or directory\n"
+    ), run.stderr
 
 
 def test_unreachable_nats_and_bad_names_are_one_line_errors(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -10,7 +11,7 @@ import anyio
 import pytest
 from anyio.abc import TaskGroup
 
-from agents.context import ContextConfig
+from agents.context import ContextConfig, StoreError
 from agents.nudges import Channel2LeaseConfig
 from agents.runtime import Agent, AgentConfig
 from bus import NatsClient
@@ -130,3 +131,11 @@ async def test_queued_drops_survive_a_restart(bus: tuple[NatsClient, TaskGroup],
     assert {t.tag: t.state for t in again.context.tail()}[3] == "dropped"
     assert again.status()["queued_drops"] == []
     again.close()
+
+
+@pytest.mark.parametrize("store", ["/proc/ctxbus-test/x/a1.db", "/dev/null/agents/a1.db"])
+async def test_a_store_directory_that_cannot_be_created_is_a_store_error(nats_client: NatsClient, store: str) -> None:
+    config = AgentConfig(agent_id="a1", domain=Domain.parse("rt/s1/store"), store=Path(store))
+    with pytest.raises(StoreError, match=f"^cannot create the directory of agent store {re.escape(store)}: ") as caught:
+        Agent(nats_client, config)
+    assert isinstance(caught.value.__cause__, OSError)
