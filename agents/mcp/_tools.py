@@ -52,6 +52,10 @@ _OP_HELP = (
 )
 
 
+_LineNumber = Annotated[Any, args.AS_SENT, args.schema({"type": "integer", "minimum": 1}, optional=True)]
+"""A 1-based line number, or None: checked in the tool body."""
+
+
 class AgentTools:
     """Tool bodies bound to one `Agent`; each runs through `ToolCalls`."""
 
@@ -169,18 +173,8 @@ class AgentTools:
             args.schema({"anyOf": [{"type": "integer"}, {"type": "string", "minLength": 1}]}),
             Field(description="A tag such as 12 or '§12§' (or a message id)."),
         ],
-        first_line: Annotated[
-            Any,
-            args.AS_SENT,
-            args.schema({"type": "integer", "minimum": 1}, optional=True),
-            Field(description="First line to return (1-based)."),
-        ] = None,
-        last_line: Annotated[
-            Any,
-            args.AS_SENT,
-            args.schema({"type": "integer", "minimum": 1}, optional=True),
-            Field(description="Last line to return, inclusive."),
-        ] = None,
+        first_line: Annotated[_LineNumber, Field(description="First line to return (1-based).")] = None,
+        last_line: Annotated[_LineNumber, Field(description="Last line to return, inclusive.")] = None,
         query: Annotated[
             str | None,
             args.AS_SENT,
