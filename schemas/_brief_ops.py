@@ -146,7 +146,8 @@ class Close(BriefModel):
 
 
 FOLD_MAX: Final = 10_000
-"""Most done items one fold takes; a brief with more folds them in several commits."""
+"""Most done items a coordinator folds in one commit (the rest at the next one). Not a
+limit of `FoldDone` itself: a log written before it existed must still replay."""
 
 
 class FoldDone(BriefModel):
@@ -156,7 +157,7 @@ class FoldDone(BriefModel):
     """
 
     op: Literal["fold_done"] = "fold_done"
-    item_ids: Annotated[tuple[ItemId, ...], Field(min_length=1, max_length=FOLD_MAX)]
+    item_ids: Annotated[tuple[ItemId, ...], Field(min_length=1)]
     """Ids of the done items to fold, each at most once."""
 
 

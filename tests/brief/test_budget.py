@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from schemas._brief import TaskBrief
 from schemas._brief_fold import fold_done_op
-from schemas._brief_ops import AddPending, Close, Complete, FoldDone
+from schemas._brief_ops import FOLD_MAX, AddPending, Close, Complete, FoldDone
 from schemas._brief_render import render_brief
 from tests.brief.helpers import DOMAIN, accept, seeded, words
 
@@ -63,3 +63,11 @@ def test_fold_folds_everything_when_nothing_fits() -> None:
     op = fold_done_op(brief, 1, words)
     assert op is not None and op.item_ids == tuple(d.id for d in brief.done)
     assert fold_done_op(accept(brief, op), 1, words) is None
+
+
+def test_one_fold_takes_at_most_fold_max_items_and_the_next_takes_the_rest() -> None:
+    brief = _with_done(FOLD_MAX + 3)
+    op = fold_done_op(brief, 1, words)
+    assert op is not None and op.item_ids == tuple(d.id for d in brief.done[:FOLD_MAX])
+    rest = fold_done_op(accept(brief, op, author="coord-1"), 1, words)
+    assert rest is not None and rest.item_ids == tuple(d.id for d in brief.done[FOLD_MAX:])

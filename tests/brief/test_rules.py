@@ -20,7 +20,6 @@ from schemas._brief_messages import (
     parse_proposal,
 )
 from schemas._brief_ops import (
-    FOLD_MAX,
     AddBlocker,
     AddConstraint,
     AddDecision,
@@ -393,12 +392,6 @@ BAD_BODIES = [
         RejectionCode.INVALID_OP,
         "fold_done is the coordinators' own operation",
         id="fold_from_an_agent",
-    ),
-    pytest.param(
-        {"op": {"op": "fold_done", "item_ids": [f"d{i}" for i in range(FOLD_MAX + 1)]}},
-        RejectionCode.INVALID_OP,
-        f"at most {FOLD_MAX} items",
-        id="fold_too_long",
     ),
 ]
 
