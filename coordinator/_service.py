@@ -457,27 +457,31 @@ class Coordinator:
             self._task_group.start_soon(self._purge_later, cached)
 
     async def _purge_later(self, cached: _Domain) -> None:
-        """Purge a closed domain after the grace, trying until the bus lets it."""
+        """Purge a closed domain after the grace; retried while the bus is away, given up
+        (and left to the next coordinator that loads the domain) if the bus refuses."""
         domain = cached.state.domain
         await anyio.sleep(self.config.close_grace)
+        started = anyio.current_time()
         retry = Retry(max_pause=_PURGE_RETRY_MAX_PAUSE)
         while True:
             try:
-                cached.state = await self._log.catch_up(cached.state)
-                await self._log.purge(cached.state)
+                state = await self._log.catch_up(cached.state)
+                await self._log.purge(state)
                 break
-            except BusError as exc:
+            except BusUnavailable as exc:
                 self.metrics.error(f"purge of {domain} failed: {exc}")
                 log.warning("purge of closed domain %s failed (%s); trying again", domain, exc)
                 await retry.pause()
-            except Exception:  # a bug: keep serving, and show where
-                self.metrics.error(f"purge of {domain} failed")
-                log.exception("purge of closed domain %s failed", domain)
+            except Exception as exc:  # refused, or a bug: keep serving, and show why
+                self.metrics.error(f"purge of {domain} failed: {exc!r}")
+                log.error("purge of closed domain %s failed; not trying again", domain, exc_info=True)
+                cached.purge_scheduled = False
                 return
         if self._domains.get(domain) is cached:
             del self._domains[domain]
             cached.wake.set()  # its committer ends once the queue is empty
-        log.info("closed domain %s purged after %.0fs", domain, self.config.close_grace)
+        took = anyio.current_time() - started
+        log.info("purged closed domain %s (grace %.0fs; the purge took %.1fs)", domain, self.config.close_grace, took)
 
     async def _evict_idle_domains(self) -> None:
         """Drop domains idle for `idle_evict` seconds from the cache, so that a long-lived
@@ -488,7 +492,10 @@ class Coordinator:
             idle = [
                 domain
                 for domain, cached in self._domains.items()
-                if cached.last_used < cutoff and not cached.queue and (cached.parked or not cached.committer)
+                if cached.last_used < cutoff
+                and not cached.queue
+                and (cached.parked or not cached.committer)
+                and not cached.purge_scheduled  # its purge ends it soon anyway
             ]
             for domain in idle:
                 self._domains.pop(domain).wake.set()  # a parked committer ends
