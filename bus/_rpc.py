@@ -145,10 +145,13 @@ async def gather(client: Client, subject: str, data: bytes, *, wait: float) -> l
     replies: list[bytes] = []
     try:
         sub = await client.subscribe(inbox)
-        await client.publish(subject, data, reply=inbox)
     except nats.errors.Error as exc:
         raise BusUnavailable(f"request on {subject} failed: {exc!r}") from exc
     try:
+        try:
+            await client.publish(subject, data, reply=inbox)
+        except nats.errors.Error as exc:
+            raise BusUnavailable(f"request on {subject} failed: {exc!r}") from exc
         with anyio.move_on_after(wait):
             async for msg in sub.messages:
                 if msg.headers and msg.headers.get("Status") == "503":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
 import anyio
 import typer
@@ -22,6 +22,7 @@ from coordinator.cli._common import (
     NatsOption,
     bus_config,
     console,
+    errors,
     parse_domain,
     print_json,
 )
@@ -58,7 +59,7 @@ async def _status(urls: str, domain: Domain | None, as_json: bool) -> bool:
     client = await connect(bus_config(urls))
     try:
         answers = await gather(client, STATUS_SUBJECT, b"", wait=_STATUS_WAIT)
-        coordinators = sorted((json.loads(answer) for answer in answers), key=lambda c: str(c["coordinator"]))
+        coordinators = sorted(filter(None, map(_coordinator_status, answers)), key=lambda c: str(c["coordinator"]))
         agents = await read_presence(client, domain) if domain else []
     finally:
         await client.close()
@@ -76,6 +77,18 @@ async def _status(urls: str, domain: Domain | None, as_json: bool) -> bool:
         if domain is not None:
             console.print(_agents_table(domain, agents))
     return bool(coordinators)
+
+
+def _coordinator_status(answer: bytes) -> dict[str, Any] | None:
+    """A coordinator's status answer; None (and a note on stderr) for anything else."""
+    try:
+        status = json.loads(answer)
+    except ValueError:
+        status = None
+    if not isinstance(status, dict) or not {"coordinator", "uptime_s", "commits"} <= status.keys():
+        errors.print(f"ignoring an answer on {STATUS_SUBJECT} that is not a coordinator's status: {answer[:60]!r}")
+        return None
+    return status
 
 
 @app.command(rich_help_panel="Watching")

@@ -8,10 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import anyio.to_thread
 import pytest
+from nats.aio.msg import Msg
 
 from bus import BusConfig, EmbeddedServer, TxLog, connect
 from bus.testing import ServerFactory
+from coordinator import STATUS_SUBJECT
 from tests.cli._procs import Command
 
 
@@ -118,9 +121,22 @@ def test_a_dead_embedded_server_is_one_line(command: str, tmp_path: Path) -> Non
     assert "Traceback" not in err and "ExceptionGroup" not in err
 
 
-def test_status_without_a_coordinator_exits_1(nats_server_factory: ServerFactory, tmp_path: Path) -> None:
+async def test_status_without_a_coordinator_exits_1_whatever_else_answers(
+    nats_server_factory: ServerFactory, tmp_path: Path
+) -> None:
     server = nats_server_factory()
-    proc = _ctxbus("status", "--nats", server.url, env_dir=tmp_path)
-    out, err = proc.communicate(timeout=60)
+    client = await connect(BusConfig(servers=[server.url]))
+    try:
+
+        async def stranger(msg: Msg) -> None:  # something else listening on the status subject
+            await msg.respond(b"hello")
+
+        await client.subscribe(STATUS_SUBJECT, cb=stranger)
+        await client.flush()
+        proc = _ctxbus("status", "--nats", server.url, env_dir=tmp_path)
+        out, err = await anyio.to_thread.run_sync(lambda: proc.communicate(timeout=60))
+    finally:
+        await client.close()
     assert proc.returncode == 1, err
     assert "no coordinator answered" in out
+    assert "ignoring an answer on ctxbus.status that is not a coordinator's status: b'hello'" in err
