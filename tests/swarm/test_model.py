@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from agents.nudges import REDUCE_TOOL_NAME
 from agents.runtime import Agent, AgentConfig
@@ -15,40 +18,37 @@ from bus import NatsClient
 from schemas import Domain
 from schemas._swarm_events import Tally
 
+_Scripted = tuple[ScriptedModel, Tally, list[str]]
 
-async def test_a_reduce_naming_an_unknown_tag_is_reported_and_the_worker_goes_on(
-    nats_client: NatsClient, tmp_path: Path
-) -> None:
-    domain = Domain.parse(f"sw/m1/{uuid.uuid4().hex[:8]}")
-    agent = Agent(nats_client, AgentConfig(agent_id="a1", domain=domain, store=tmp_path / "a1.db"))
-    tally = Tally()
-    said: list[str] = []
-    model = ScriptedModel(agent, tally, index=0, say=lambda _, line: said.append(line))
-    agent.user("Goal: fix the bug.")
+
+@pytest.fixture
+def scripted(nats_client: NatsClient, tmp_path: Path) -> Iterator[_Scripted]:
+    """A scripted model driving a real Agent, what it tallied and what it said; the agent is closed after."""
+    domain = Domain.parse(f"sw/m2/{uuid.uuid4().hex[:8]}")
+    config = AgentConfig(agent_id="a1", domain=domain, store=tmp_path / "a1.db", context=SWARM_CONTEXT)
+    agent = Agent(nats_client, config)
+    try:
+        tally, said = Tally(), []
+        agent.user("Goal: fix the flaky cache tests.")
+        yield ScriptedModel(agent, tally, index=0, say=lambda _, line: said.append(line)), tally, said
+    finally:
+        agent.close()
+
+
+async def test_a_reduce_naming_an_unknown_tag_is_reported_and_the_worker_goes_on(scripted: _Scripted) -> None:
+    model, tally, said = scripted
 
     await model._reduce(3, [9_999], why="a stale hint")
 
     assert len(tally.unexpected) == 1 and "no such tag §9999§" in tally.unexpected[0]
     assert tally.reduces == 0 and said == []
-    result = agent.context.messages()[-1]
+    result = model.agent.context.messages()[-1]
     assert (result.role, result.tool_name) == ("tool", REDUCE_TOOL_NAME)
     assert result.content.startswith("error: ctx_reduce: no such tag §9999§")
-    agent.close()
 
 
-def _model(nats_client: NatsClient, tmp_path: Path) -> tuple[ScriptedModel, Tally, list[str]]:
-    domain = Domain.parse(f"sw/m2/{uuid.uuid4().hex[:8]}")
-    config = AgentConfig(agent_id="a1", domain=domain, store=tmp_path / "a1.db", context=SWARM_CONTEXT)
-    agent = Agent(nats_client, config)
-    tally, said = Tally(), []
-    agent.user("Goal: fix the flaky cache tests.")
-    return ScriptedModel(agent, tally, index=0, say=lambda _, line: said.append(line)), tally, said
-
-
-async def test_each_archived_ci_log_is_found_by_search_and_read_from_the_hits(
-    nats_client: NatsClient, tmp_path: Path
-) -> None:
-    model, tally, said = _model(nats_client, tmp_path)
+async def test_each_archived_ci_log_is_found_by_search_and_read_from_the_hits(scripted: _Scripted) -> None:
+    model, tally, said = scripted
     logs = []
     for n in (9, 19, 29):  # later searches also hit the earlier logs, searches and reads
         logs.append(model.agent.context.next_tag + 1)  # after the call, its result
@@ -62,11 +62,10 @@ async def test_each_archived_ci_log_is_found_by_search_and_read_from_the_hits(
     assert [f"§{tag}§ ci_logs" in listing for tag, listing in zip(logs, listings, strict=True)] == [True] * 3
     reads = [m for m in model.agent.context.messages() if m.role == "assistant" and m.tool_name == "ctx_read"]
     assert [json.loads(m.content.split(">", 1)[1].split("<", 1)[0])["ref"] for m in reads] == logs
-    model.agent.close()
 
 
-async def test_a_search_that_misses_the_log_is_reported_not_claimed(nats_client: NatsClient, tmp_path: Path) -> None:
-    model, tally, said = _model(nats_client, tmp_path)
+async def test_a_search_that_misses_the_log_is_reported_not_claimed(scripted: _Scripted) -> None:
+    model, tally, said = scripted
     tag = model.agent.context.next_tag + 1
     await model._call(9, "ci_logs", "test-cache (3.11)")
     said.clear()
@@ -76,4 +75,3 @@ async def test_a_search_that_misses_the_log_is_reported_not_claimed(nats_client:
     assert tally.unexpected == [f"step 19: ctx_search did not return the archived CI log §{tag}§ (it returned no hits)"]
     assert (tally.searches, tally.reads) == (2, 1)
     assert said == [f"[unexpected] ctx_search did not return the archived CI log §{tag}§ (it returned no hits)"]
-    model.agent.close()
