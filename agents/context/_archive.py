@@ -12,6 +12,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from agents.context._classify import ERROR_LINE
+from agents.context._errors import LinesPastTheEnd
 from schemas import UsageError
 
 __all__ = [
@@ -85,21 +86,23 @@ def compact_form(
     return "\n".join(out)
 
 
-def read_lines(content: str, *, lines: tuple[int, int] | None = None, query: str | None = None) -> str:
-    """Numbered lines of `content`: a 1-based inclusive range, or those matching `query`.
+def read_lines(content: str, *, tag: int, lines: tuple[int, int | None] | None = None, query: str | None = None) -> str:
+    """Numbered lines of `content` (message §tag§): a 1-based inclusive range, or those
+    matching `query`.
 
-    A range may run past the last line (it is cut there) but not start past it.
+    A range may run past the last line, or be open (`(start, None)`): it stops there;
+    but it must start on a line the message has.
 
-    :raises UsageError: for an empty or inverted range, one starting past the last line,
-        or a query with no words.
+    :raises LinesPastTheEnd: for a range that starts after the last line.
+    :raises UsageError: for an empty or inverted range, or a query with no words.
     """
     all_lines = content.splitlines()
     if lines is not None:
         start, end = lines
-        if start < 1 or end < start:
+        if start < 1 or (end is not None and end < start):
             raise UsageError(f"line range must be 1 <= start <= end, got {lines!r}")
         if start > len(all_lines):
-            raise UsageError(f"line range {lines!r} starts past the end: the message has {len(all_lines):,} lines")
+            raise LinesPastTheEnd(tag, len(all_lines), start)
         picked = list(enumerate(all_lines[start - 1 : end], start))
     elif query is not None:
         terms = [t.lower() for t in _WORD.findall(query)]

@@ -222,19 +222,21 @@ class LocalContext:
 
     # -- archive ------------------------------------------------------------------------
 
-    def read(self, ref: int | str, *, lines: tuple[int, int] | None = None, query: str | None = None) -> str:
+    def read(self, ref: int | str, *, lines: tuple[int, int | None] | None = None, query: str | None = None) -> str:
         """The full text of a message (archived, evicted or dropped: nothing is lost).
 
         :param ref: a tag (`12`, `"§12§"`) or a message id.
-        :param lines: a 1-based inclusive line range, returned with line numbers.
+        :param lines: a 1-based inclusive line range, returned with line numbers; an
+            open end (`(5, None)`) reads to the last line.
         :param query: return only the numbered lines containing any of its words.
         :raises UnknownReference: if no message has that tag or id.
+        :raises LinesPastTheEnd: if the range starts after the message's last line.
         """
         self._check_open()
         entry = self._resolve(ref)
         entry.refs += 1
         self._state.touch(entry)
-        return read_lines(entry.content, lines=lines, query=query)
+        return read_lines(entry.content, tag=entry.tag, lines=lines, query=query)
 
     def search(self, query: str, limit: int = 5) -> list[SearchHit]:
         """BM25-ranked compact hits over every message of this agent (SQLite FTS5).

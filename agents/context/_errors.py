@@ -9,6 +9,7 @@ All are `CtxbusError`s. Caller mistakes are `UsageError`s (and so `ValueError`s)
     │   ├── InvalidMessage     a message field (role, kind, importance, ...) is unusable
     │   ├── InputTooLarge      the user input alone does not fit the window
     │   ├── UnknownReference   no message has that tag or id
+    │   ├── LinesPastTheEnd    a line range starts after a message's last line
     │   ├── UnknownMode        no mode of that name, or no snapshot to restore
     │   ├── DomainMismatch     a store bound to one domain was asked for another's data
     │   └── ContextClosed      the context was used after `close()`
@@ -25,6 +26,7 @@ __all__ = [
     "InputTooLarge",
     "InvalidConfig",
     "InvalidMessage",
+    "LinesPastTheEnd",
     "StoreError",
     "UnknownMode",
     "UnknownReference",
@@ -75,3 +77,13 @@ class ContextClosed(UsageError):
 
 class StoreError(CtxbusError):
     """Raised when the SQLite file cannot be used (corrupt, or written by an unknown schema)."""
+
+
+class LinesPastTheEnd(UsageError):
+    """Raised when a line range starts after the last line of the message read."""
+
+    def __init__(self, tag: int, lines: int, start: int) -> None:
+        self.tag = tag
+        self.lines = lines
+        self.start = start
+        super().__init__(f"line {start} is past the end: §{tag}§ has {lines:,} line{'' if lines == 1 else 's'}")

@@ -16,6 +16,7 @@ from mcp.types import CallToolResult
 from pydantic import Field
 
 from agents.brief import ProposalUnanswered
+from agents.context import LinesPastTheEnd
 from agents.mcp import _args as args
 from agents.mcp._calls import ToolCalls, ToolFailure
 from agents.mcp._ops import op_menu, parse_op
@@ -192,27 +193,18 @@ class AgentTools:
             words = args.optional_text("query", query, max_length=_QUERY_MAX)
             if words is not None and (first or last):
                 raise UsageError("give a line range or a query, not both")
-            return self._agent.read(ref, lines=self._line_range(ref, first, last), query=words)
+            try:
+                lines = None if first is None and last is None else (first or 1, last)
+                return self._agent.read(ref, lines=lines, query=words)
+            except LinesPastTheEnd as exc:  # say it with the arguments the model sent
+                sent = ", ".join(
+                    f"{name}={value}" for name, value in (("first_line", first), ("last_line", last)) if value
+                )
+                plural = "" if exc.lines == 1 else "s"
+                raise UsageError(f"{sent} starts past the end: §{exc.tag}§ has {exc.lines:,} line{plural}") from None
 
         arguments = {"tag": tag, "first_line": first_line, "last_line": last_line, "query": query}
         return await self._calls.run("ctx_read", arguments, body)
-
-    def _line_range(self, ref: int | str, first: int | None, last: int | None) -> tuple[int, int] | None:
-        """The range to read; an open end stops at the message's last line.
-
-        :raises UsageError: for a range that starts past the last line, naming what the
-            model sent.
-        """
-        if first is None and last is None:
-            return None
-        message = self._agent.context.message(ref)
-        lines = len(message.content.splitlines())
-        start = first or 1
-        if start > lines:
-            sent = ", ".join(f"{name}={value}" for name, value in (("first_line", first), ("last_line", last)) if value)
-            plural = "" if lines == 1 else "s"
-            raise UsageError(f"{sent} starts past the end: §{message.tag}§ has {lines:,} line{plural}")
-        return start, last if last is not None else lines
 
     async def ctx_reduce(
         self,

@@ -218,7 +218,7 @@ class Agent:
         """The `ctx_search` tool."""
         return self.context.search(query, limit)
 
-    def read(self, ref: int | str, *, lines: tuple[int, int] | None = None, query: str | None = None) -> str:
+    def read(self, ref: int | str, *, lines: tuple[int, int | None] | None = None, query: str | None = None) -> str:
         """The `ctx_read` tool."""
         return self.context.read(ref, lines=lines, query=query)
 
