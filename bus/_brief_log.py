@@ -18,6 +18,7 @@ from typing import Final, NoReturn
 from nats.aio.client import Client
 from pydantic import ValidationError
 
+from bus._errors import LogTruncated
 from bus._kv import Bucket, BucketConfig
 from bus._subjects import BRIEF_BUCKET, Verb, kv_key, subject
 from bus._txlog import LogEntry, TxLog, TxLogConfig
@@ -132,17 +133,25 @@ class BriefLog:
         if log_end is None:
             log_end = await self.end(state.domain)
         if log_end < state.seq:
+            log_end = await self.end(state.domain, from_leader=True)  # a follower's answer may lag
+        if log_end < state.seq:
             log.info("the log of %s ends at %d, before %d; loading it afresh", state.domain, log_end, state.seq)
             return await self.load(state.domain)
         return await self.catch_up(state)
 
-    async def end(self, domain: Domain) -> int:
-        """Stream sequence of the domain's last log entry; 0 if its log is empty."""
-        return await self.txlog.last_seq(subject(domain, Verb.TX))
+    async def end(self, domain: Domain, *, from_leader: bool = False) -> int:
+        """Stream sequence of the domain's last log entry; 0 if its log is empty.
+
+        `from_leader`: see `TxLog.last_seq`.
+        """
+        return await self.txlog.last_seq(subject(domain, Verb.TX), from_leader=from_leader)
 
     async def follow(self, state: BriefState, on_state: Callable[[BriefState], object]) -> NoReturn:
         """Call `on_state` with the state after each new commit after `state.seq`, in log
         order, until cancelled. `on_state` runs in a subscription's callback: it must not block.
+
+        If the log turns out to have lost what `state` was built from (the domain was closed
+        and purged while this process was away), `on_state` gets the domain loaded afresh.
         """
 
         def on_entry(entry: LogEntry) -> None:
@@ -150,7 +159,13 @@ class BriefLog:
             state = self.apply_entry(state, entry)
             on_state(dataclasses.replace(state, behind=entry.pending) if entry.pending else state)
 
-        await self.txlog.tail(subject(state.domain, Verb.TX), state.seq, on_entry)
+        while True:
+            try:
+                await self.txlog.tail(subject(state.domain, Verb.TX), state.seq, on_entry)
+            except LogTruncated as exc:
+                log.info("%s; loading %s afresh", exc, state.domain)
+                state = await self.load(state.domain)
+                on_state(state)
 
     async def append(self, state: BriefState, commits: Sequence[Commit], *, sender: str) -> int:
         """Append `commits` as one entry if the log is still at `state.seq`.

@@ -5,6 +5,7 @@ CtxbusError
     ├── ServerError          the embedded nats-server is missing or would not start
     ├── BusUnavailable       no server answered in time (down, restarting, unreachable)
     ├── CasConflict          a compare-and-set found another last sequence
+    ├── LogTruncated         a log no longer holds entries a reader has seen
     └── LeaseHeld            a lease is already claimed by another holder
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from schemas import CtxbusError
 
-__all__ = ["BusError", "ServerError", "BusUnavailable", "CasConflict", "LeaseHeld"]
+__all__ = ["BusError", "ServerError", "BusUnavailable", "CasConflict", "LogTruncated", "LeaseHeld"]
 
 
 class BusError(CtxbusError):
@@ -40,6 +41,21 @@ class CasConflict(BusError):
         self.actual = actual
         found = "unknown" if actual is None else str(actual)
         super().__init__(f"{subject}: expected last sequence {expected}, found {found}")
+
+
+class LogTruncated(BusError):
+    """Raised when a log ends before the last entry a reader already holds: its entries
+    were purged (a closed domain) or its stream recreated while the reader was away.
+
+    What the reader built from the lost entries can no longer be checked against the
+    log; it must load afresh.
+    """
+
+    def __init__(self, subject: str, held: int, end: int) -> None:
+        self.subject = subject
+        self.held = held
+        self.end = end
+        super().__init__(f"{subject} ends at sequence {end}, before {held}, the last entry read")
 
 
 class LeaseHeld(BusError):

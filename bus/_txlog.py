@@ -45,7 +45,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext, api
 
-from bus._errors import BusError, BusUnavailable, CasConflict
+from bus._errors import BusError, BusUnavailable, CasConflict, LogTruncated
 from bus._retry import Retry
 from bus._streams import RECOVERING, TRANSIENT, ensure_stream, read_unavailable
 from bus._subjects import TX_STREAM, TX_SUBJECTS, live_subject
@@ -187,10 +187,14 @@ class TxLog:
                 raise BusError(f"append to {subject} refused: {exc.description}") from exc
         raise BusUnavailable(f"append to {subject} not acknowledged within {self.config.deadline:g}s")
 
-    async def last_seq(self, subject: str) -> int:
-        """Stream sequence of the last message on `subject`; 0 if it has none."""
+    async def last_seq(self, subject: str, *, from_leader: bool = False) -> int:
+        """Stream sequence of the last message on `subject`; 0 if it has none.
+
+        Any copy of a replicated stream answers, and a follower's answer may lag a little;
+        `from_leader` asks the stream's leader, whose answer is never behind what anyone read.
+        """
         try:
-            raw = await self._js.get_msg(self.config.stream, subject=subject, direct=True)
+            raw = await self._js.get_msg(self.config.stream, subject=subject, direct=not from_leader)
         except nats.js.errors.NotFoundError:
             return 0
         except RECOVERING as exc:
@@ -282,6 +286,9 @@ class TxLog:
         event loop; the log itself is read only to catch up at the start, after a missed
         entry, and when a quiet spell may hide one. `on_entry` must not block; if it
         raises, the tail ends with its exception.
+
+        :raises LogTruncated: if a quiet spell finds the log ending before the last
+            entry handed on (purged, or its stream recreated, while this reader was away).
         """
         feed = _LiveFeed(subject, after_seq, on_entry)
         stall = self.config.idle_heartbeat * 3
@@ -305,9 +312,8 @@ class TxLog:
                 feed.raise_failure()
                 if feed.news.is_set():
                     feed.news = anyio.Event()  # a gap: `behind` is set
-                elif feed.heard == heard and await self._moved_past(subject, feed.have):
-                    feed.behind = True  # the quiet spell hid an entry (only ever set here: a
-                    # gap heard while asking must not be undone by an answer from before it)
+                elif feed.heard == heard:
+                    await self._look_past_quiet_spell(feed)
         finally:
             with anyio.CancelScope(shield=True):
                 await _unsubscribe(sub)
@@ -351,12 +357,24 @@ class TxLog:
                 log.debug("cannot read %s yet (%s); retrying", subject, exc)
                 await retry.pause()
 
-    async def _moved_past(self, subject: str, seq: int) -> bool:
-        """Whether `subject` has an entry after `seq`; False while that cannot be told."""
+    async def _look_past_quiet_spell(self, feed: _LiveFeed) -> None:
+        """Check the log's end after nothing was heard live for a while: an entry the
+        spell hid sets `feed.behind`; a log ending before `feed.have` was truncated."""
+        end = await self._end_if_known(feed.subject)
+        if end is not None and end < feed.have:  # confirmed by the leader: a follower may lag
+            end = await self._end_if_known(feed.subject, from_leader=True)
+            if end is not None and end < feed.have:
+                raise LogTruncated(feed.subject, feed.have, end)
+        if end is not None and end > feed.have:
+            feed.behind = True  # only ever set here: a gap heard while asking must not be
+            # undone by an answer from before it
+
+    async def _end_if_known(self, subject: str, *, from_leader: bool = False) -> int | None:
+        """`last_seq(subject)`; None while that cannot be told."""
         try:
-            return await self.last_seq(subject) > seq
+            return await self.last_seq(subject, from_leader=from_leader)
         except BusUnavailable:
-            return False  # ask again after the next quiet spell
+            return None  # ask again after the next quiet spell
 
     async def _has_entry_from(self, subject_filter: str, seq: int) -> bool | None:
         """Whether the stream holds an entry of `subject_filter` at or after `seq`; None

@@ -7,7 +7,7 @@ import uuid
 import anyio
 
 from agents.brief import BriefReplica
-from bus import TX_STREAM, BriefLog, BriefState, NatsClient, Verb, subject
+from bus import TX_STREAM, BriefLog, BriefState, NatsClient, TxLogConfig, Verb, subject
 from schemas import AddPending, Close, Commit, Complete, Domain, Proposal, SetGoal, TaskBrief, apply, brief_hash
 
 BATCH = 50
@@ -97,4 +97,29 @@ async def test_a_replica_resumed_after_its_domain_was_closed_and_purged_sees_it_
         resumed = BriefReplica(nats_client, domain, resume_from=saved)
         await tg.start(resumed.run)
         assert resumed.brief.is_closed and resumed.revision == 11
+        tg.cancel_scope.cancel()
+
+
+async def test_a_following_replica_that_missed_the_close_and_purge_sees_it_closed(
+    nats_client: NatsClient,
+) -> None:
+    log = BriefLog(nats_client, txlog=TxLogConfig(idle_heartbeat=0.1))
+    await log.ensure()
+    domain = Domain.parse(f"follow/s/{uuid.uuid4().hex[:8]}")
+    opened = await _write(log, await log.load(domain), 0, 10)
+    async with anyio.create_task_group() as tg:
+        replica = BriefReplica(nats_client, domain, brief_log=log)
+        await tg.start(replica.run)
+        assert replica.revision == 10
+        # The close is never appended here, so the replica cannot hear it: as for a
+        # replica disconnected through the close, its grace and the purge.
+        close = Commit.of(
+            Proposal(domain=domain, author="a", op=Close(reason="shipped"), key="close"),
+            revision=11,
+            ts=0.0,
+            committed_by="test",
+        )
+        await log.purge(BriefState(apply(opened.brief, close), opened.seq))
+        await replica.wait_for(11, timeout=10)
+        assert replica.brief.is_closed and replica.state.seq == 0
         tg.cancel_scope.cancel()

@@ -17,6 +17,7 @@ from bus import (
     CasConflict,
     EmbeddedServer,
     LogEntry,
+    LogTruncated,
     TxLog,
     TxLogConfig,
     connect,
@@ -198,6 +199,24 @@ async def test_tail_ends_with_the_error_of_its_callback(nats_client: Client) -> 
             await txlog.append(subject, b"heard live", uuid.uuid4().hex)
             await anyio.sleep_forever()  # the tail's error cancels this
     assert caught.group_contains(ValueError, match="heard live")
+
+
+async def test_tail_raises_when_a_quiet_spell_finds_its_entries_purged(nats_client: Client) -> None:
+    txlog = TxLog(nats_client, TxLogConfig(idle_heartbeat=0.1))
+    await txlog.ensure()
+    subject = _subject()
+    got = _Collected()
+    with pytest.raises(ExceptionGroup) as caught, anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(txlog.tail, subject, 0, got)
+            for i in range(2):
+                await txlog.append(subject, f"e{i}".encode(), uuid.uuid4().hex)
+            await got.wait_for(2)
+            await txlog.purge(subject)  # nothing is heard of it live
+            await anyio.sleep_forever()  # the tail's error cancels this
+    [error] = caught.value.exceptions
+    assert isinstance(error, LogTruncated)
+    assert (error.held, error.end) == (got.entries[-1].seq, 0)
 
 
 async def _lossy_log(client: Client, idle_heartbeat: float) -> tuple[TxLog, str, set[bytes]]:
