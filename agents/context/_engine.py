@@ -302,8 +302,8 @@ class LocalContext:
         """
         self._check_open()
         new = lookup_mode(self._modes, name)
-        self.flush()
-        snapshot = self._store.save_snapshot(self._key, self._clock(), self._snapshot())
+        snapshot = self._write(meta={"mode": new.name}, new_snapshot=(self._clock(), self._snapshot()))
+        assert snapshot is not None
         logger.info(
             "context mode %s -> %s (snapshot %s)",
             self._mode.name,
@@ -319,7 +319,6 @@ class LocalContext:
         )
         self._mode = new
         self._last = None
-        self._store.write_meta({"mode": new.name})
         return snapshot
 
     def restore(self, snapshot: int | None = None) -> str:
@@ -398,8 +397,15 @@ class LocalContext:
         self._check_open()
         self._write()
 
-    def _write(self, *, meta: Mapping[str, str] | None = None, drop_snapshot: int | None = None) -> None:
-        """Write pending changes, plus `meta` and a snapshot deletion, in one transaction."""
+    def _write(
+        self,
+        *,
+        meta: Mapping[str, str] | None = None,
+        drop_snapshot: int | None = None,
+        new_snapshot: tuple[float, dict[str, Any]] | None = None,
+    ) -> int | None:
+        """Write pending changes, plus `meta` and a snapshot to drop or to store, in one
+        transaction; returns the stored snapshot's id."""
         st = self._state
         new, changed = st.drain()
         if not (
@@ -410,20 +416,27 @@ class LocalContext:
             or st.records_dirty
             or meta
             or drop_snapshot is not None
+            or new_snapshot is not None
         ):
-            return
-        self._store.save(
-            self._key,
-            new=new,
-            changed=changed,
-            summaries=st.summary_changes,
-            all_summaries=st.summaries if st.summaries_reset else None,
-            constraints=sorted(st.records.values(), key=lambda r: r.source_tag) if st.records_dirty else None,
-            meta={"next_summary": str(st.next_summary_id), **(meta or {})},
-            drop_snapshot=drop_snapshot,
-        )
+            return None
+        try:
+            snapshot_id = self._store.save(
+                self._key,
+                new=new,
+                changed=changed,
+                summaries=st.summary_changes,
+                all_summaries=st.summaries if st.summaries_reset else None,
+                constraints=sorted(st.records.values(), key=lambda r: r.source_tag) if st.records_dirty else None,
+                meta={"next_summary": str(st.next_summary_id), **(meta or {})},
+                drop_snapshot=drop_snapshot,
+                new_snapshot=new_snapshot,
+            )
+        except BaseException:
+            st.undrain(new, changed)
+            raise
         st.summary_changes = {}
         st.summaries_reset = st.records_dirty = False
+        return snapshot_id
 
     def close(self) -> None:
         """Flush and close the file. Idempotent."""

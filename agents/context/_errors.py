@@ -13,7 +13,7 @@ All are `CtxbusError`s. Caller mistakes are `UsageError`s (and so `ValueError`s)
     │   ├── UnknownMode        no mode of that name, or no snapshot to restore
     │   ├── DomainMismatch     a store bound to one domain was asked for another's data
     │   └── ContextClosed      the context was used after `close()`
-    └── StoreError             the SQLite file is unreadable or from an unknown schema
+    └── StoreError             the SQLite file is unreadable, unwritable or from an unknown schema
 """
 
 from __future__ import annotations
@@ -76,7 +76,8 @@ class ContextClosed(UsageError):
 
 
 class StoreError(CtxbusError):
-    """Raised when the SQLite file cannot be used (corrupt, or written by an unknown schema)."""
+    """Raised when the SQLite file cannot be used (corrupt, written by an unknown schema,
+    or failing to write: a full disk, a lock held too long)."""
 
 
 class LinesPastTheEnd(UsageError):

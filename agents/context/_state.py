@@ -298,6 +298,11 @@ class ContextState:
         self.dirty = {}
         return new, changed
 
+    def undrain(self, new: list[Entry], changed: list[Entry]) -> None:
+        """Give back what `drain` took, when writing it failed: the next flush retries it."""
+        self.new = new + self.new
+        self.dirty = {e.tag: e for e in changed} | self.dirty
+
     def _join_unit(self, entry: Entry) -> None:
         """Tool calls open a unit; their results join it. Everything else stands alone."""
         if not entry.unit:

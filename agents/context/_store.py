@@ -10,6 +10,7 @@ in as one transaction, so ingest costs a list append, not a disk write.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
@@ -140,14 +141,16 @@ class Store:
         constraints: Sequence[ConstraintRecord] | None,
         meta: dict[str, str],
         drop_snapshot: int | None = None,
-    ) -> None:
-        """Write one batch of changes atomically.
+        new_snapshot: tuple[float, dict[str, Any]] | None = None,
+    ) -> int | None:
+        """Write one batch of changes atomically; returns the id of `new_snapshot`, if any.
 
         :param summaries: summary entries written since the last save, by id; None
             means the entry was removed.
         :param all_summaries: the whole summary layer when it was replaced, else None.
         :param constraints: all constraint records, or None if they did not change.
         :param drop_snapshot: a snapshot to delete with this batch (the one just restored).
+        :param new_snapshot: a snapshot to store with this batch, as (created at, payload).
         """
         self.check(domain)
         with self._transaction():
@@ -185,6 +188,15 @@ class Store:
                 self._conn.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", meta.items())
             if drop_snapshot is not None:
                 self._conn.execute("DELETE FROM snapshots WHERE id = ? AND domain = ?", (drop_snapshot, domain))
+            if new_snapshot is None:
+                return None
+            created_at, payload = new_snapshot
+            cur = self._conn.execute(
+                "INSERT INTO snapshots(domain, created_at, payload) VALUES (?, ?, ?)",
+                (domain, created_at, json.dumps(payload, separators=(",", ":"))),
+            )
+        assert cur.lastrowid is not None
+        return cur.lastrowid
 
     def search(self, domain: str, query: str, limit: int) -> list[SearchHit]:
         """BM25 search over every stored message of `domain`; indexes new rows first."""
@@ -195,17 +207,6 @@ class Store:
             if indexed != done:
                 self._conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('fts_indexed', ?)", (str(indexed),))
         return search_archive(self._conn, domain, query, limit)
-
-    def save_snapshot(self, domain: str, created_at: float, payload: dict[str, Any]) -> int:
-        """Store a layer snapshot; return its id."""
-        self.check(domain)
-        with self._transaction():
-            cur = self._conn.execute(
-                "INSERT INTO snapshots(domain, created_at, payload) VALUES (?, ?, ?)",
-                (domain, created_at, json.dumps(payload, separators=(",", ":"))),
-            )
-        assert cur.lastrowid is not None
-        return cur.lastrowid
 
     def load_snapshot(self, domain: str, snapshot_id: int | None) -> tuple[int, dict[str, Any]] | None:
         """A snapshot's id and payload (the newest if `snapshot_id` is None), or None.
@@ -237,23 +238,37 @@ class Store:
         self._conn.close()
 
     def _transaction(self) -> _Transaction:
-        return _Transaction(self._conn)
+        return _Transaction(self._conn, self.path)
 
 
 class _Transaction:
-    """BEGIN ... COMMIT, or ROLLBACK on any error (the connection runs in autocommit)."""
+    """BEGIN ... COMMIT, or ROLLBACK on any error (the connection runs in autocommit).
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    SQLite's own errors (a full disk, a file locked too long) leave as `StoreError`,
+    naming the file.
+    """
+
+    def __init__(self, conn: sqlite3.Connection, path: str) -> None:
         self._conn = conn
+        self._path = path
 
     def __enter__(self) -> None:
-        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot write context store {self._path!r}: {exc}") from exc
 
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None:
-            self._conn.execute("COMMIT")
-        else:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if exc is None:
+            try:
+                self._conn.execute("COMMIT")
+                return
+            except sqlite3.Error as failed:
+                exc = failed
+        with contextlib.suppress(sqlite3.Error):  # SQLite may have rolled back already
             self._conn.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.Error):
+            raise StoreError(f"cannot write context store {self._path!r}: {exc}") from exc
 
 
 def _entry_row(domain: str, e: Entry) -> tuple[object, ...]:

@@ -77,3 +77,43 @@ def test_repr_shows_live_state(make_ctx: MakeContext) -> None:
     ctx.add("user", "hello")
     ctx.add("assistant", "hi")
     assert repr(ctx) == "<LocalContext carol/s2/t9 mode=task messages=2 pinned=1 rolling=1 summaries=0>"
+
+
+def _refuse_inserts(path: Path, table: str) -> sqlite3.Connection:
+    """Another connection makes every insert into `table` fail, as a full disk would."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute(f"CREATE TRIGGER refuse BEFORE INSERT ON {table} BEGIN SELECT RAISE(ABORT, 'disk full'); END")
+    return conn
+
+
+def test_a_failed_flush_keeps_its_changes_for_the_next(make_ctx: MakeContext, tmp_path: Path) -> None:
+    ctx = make_ctx("f.db")
+    ctx.add("user", "Keep the retry budget at 3.")
+    blocker = _refuse_inserts(tmp_path / "f.db", "messages")
+    with pytest.raises(StoreError, match="cannot write context store .*disk full"):
+        ctx.flush()
+    blocker.execute("DROP TRIGGER refuse")
+    ctx.flush()
+    ctx.close()
+    assert [m.content for m in make_ctx("f.db").messages()] == ["Keep the retry budget at 3."]
+
+
+def test_a_mode_switch_that_fails_to_store_its_snapshot_changes_nothing(make_ctx: MakeContext, tmp_path: Path) -> None:
+    ctx = make_ctx("m.db")
+    ctx.add("user", "Write the parser.")
+    ctx.flush()
+    ctx.add("assistant", "Parser written.", kind="conclusion")
+    blocker = _refuse_inserts(tmp_path / "m.db", "snapshots")
+    with pytest.raises(StoreError, match="cannot write context store .*disk full"):
+        ctx.switch_mode("chat")
+    assert ctx.mode.name == "task"
+    reader = make_ctx("m.db")
+    assert reader.mode.name == "task" and reader.snapshots() == []
+    assert [m.content for m in reader.messages()] == ["Write the parser."], "nothing of the switch was written"
+    reader.close()
+    blocker.execute("DROP TRIGGER refuse")
+    snapshot = ctx.switch_mode("chat")
+    ctx.close()
+    again = make_ctx("m.db")
+    assert again.mode.name == "chat" and again.snapshots() == [snapshot]
+    assert [m.content for m in again.messages()] == ["Write the parser.", "Parser written."]
