@@ -86,5 +86,14 @@ class CoordinatorConfig:
             )
         if not 1 <= self.replicas <= MAX_REPLICAS:
             raise UsageError(f"replicas must be between 1 and {MAX_REPLICAS}, got {self.replicas!r}")
-        if not self.idle_evict > 0:
-            raise UsageError(f"idle_evict must be a positive number of seconds, got {self.idle_evict!r}")
+        for name in ("snapshot_every", "cas_retries", "max_in_flight", "max_batch"):
+            if not getattr(self, name) >= 1:  # 0 would answer every proposal `busy`, or none
+                raise UsageError(f"{name} must be at least 1, got {getattr(self, name)!r}")
+        for name in ("idle_evict", "forward_timeout"):
+            if not getattr(self, name) > 0:
+                raise UsageError(f"{name} must be a positive number of seconds, got {getattr(self, name)!r}")
+        for name in ("close_grace", "batch_linger"):
+            if not getattr(self, name) >= 0:
+                raise UsageError(f"{name} must be zero or more seconds, got {getattr(self, name)!r}")
+        if self.brief_budget_tokens is not None and not self.brief_budget_tokens >= 1:
+            raise UsageError(f"brief_budget_tokens must be at least 1, got {self.brief_budget_tokens!r}")

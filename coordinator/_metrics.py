@@ -71,7 +71,7 @@ class Metrics:
 
     def prometheus(self, *, coordinator_id: str, domains: int) -> str:
         """The counters in Prometheus text exposition format."""
-        label = f'coordinator="{coordinator_id}"'
+        label = f'coordinator="{_label_value(coordinator_id)}"'
         lines = [
             "# HELP ctxbus_commits_total Proposals committed to a brief.",
             "# TYPE ctxbus_commits_total counter",
@@ -96,3 +96,8 @@ class Metrics:
             f"ctxbus_domains{{{label}}} {domains}",
         ]
         return "\n".join(lines) + "\n"
+
+
+def _label_value(text: str) -> str:
+    """`text` escaped as the exposition format wants a label value: an id may hold anything."""
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

@@ -32,6 +32,7 @@ from bus import (
 )
 from bus.testing import ServerFactory
 from coordinator import GLOBAL_DLQ, METRICS_SUBJECT, STATUS_SUBJECT, Coordinator, CoordinatorConfig
+from coordinator._metrics import Metrics
 from schemas import (
     AddDecision,
     AddNote,
@@ -349,6 +350,24 @@ def test_a_coordinator_id_too_long_for_its_commits_is_refused_up_front() -> None
         CoordinatorConfig(coordinator_id=" ")
 
 
+@pytest.mark.parametrize(
+    ("setting", "value", "message"),
+    [
+        ("cas_retries", 0, "cas_retries must be at least 1"),
+        ("max_batch", 0, "max_batch must be at least 1"),
+        ("max_in_flight", 0, "max_in_flight must be at least 1"),
+        ("snapshot_every", -1, "snapshot_every must be at least 1"),
+        ("forward_timeout", 0.0, "forward_timeout must be a positive number"),
+        ("close_grace", -1.0, "close_grace must be zero or more"),
+        ("batch_linger", float("nan"), "batch_linger must be zero or more"),
+        ("brief_budget_tokens", 0, "brief_budget_tokens must be at least 1"),
+    ],
+)
+def test_settings_that_would_stall_a_coordinator_are_refused_up_front(setting: str, value: float, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        CoordinatorConfig(**{setting: value})
+
+
 async def test_follow_reports_how_far_behind_it_is(running: tuple[NatsClient, TaskGroup]) -> None:
     client, _ = running
     domain = _domain()
@@ -576,3 +595,8 @@ async def test_a_batch_is_answered_before_the_housekeeping_after_it(nats_url: st
     finally:
         await client.close()
     assert 0 < answered_at < coordinator.blocked_until
+
+
+def test_metrics_escape_a_coordinator_id_that_would_break_the_exposition_format() -> None:
+    text = Metrics().prometheus(coordinator_id='rack "7"\\east\nb', domains=0)
+    assert 'ctxbus_commits_total{coordinator="rack \\"7\\"\\\\east\\nb"} 0' in text.splitlines()
