@@ -121,6 +121,7 @@ async def request(client: Client, subject: str, data: bytes, *, timeout: float) 
     """Send `data` and wait for one reply.
 
     :raises BusUnavailable: if nobody answered within `timeout` (or nobody listens).
+    :raises BusError: if the request cannot be sent at all (client closed, payload too big).
     """
     try:
         msg = await client.request(subject, data, timeout=timeout)
@@ -129,7 +130,7 @@ async def request(client: Client, subject: str, data: bytes, *, timeout: float) 
     except nats.errors.TimeoutError as exc:
         raise BusUnavailable(f"no reply on {subject} within {timeout}s") from exc
     except nats.errors.Error as exc:
-        raise BusUnavailable(f"request on {subject} failed: {exc!r}") from exc
+        raise _send_failed(f"request on {subject}", exc) from exc
     return msg.data
 
 
@@ -139,19 +140,20 @@ async def gather(client: Client, subject: str, data: bytes, *, wait: float) -> l
 
     For questions every member of a group answers, such as a status request.
 
-    :raises BusUnavailable: if the request cannot be sent.
+    :raises BusUnavailable: if the request cannot be sent now.
+    :raises BusError: if it cannot be sent at all (client closed, payload too big).
     """
     inbox = client.new_inbox()
     replies: list[bytes] = []
     try:
         sub = await client.subscribe(inbox)
     except nats.errors.Error as exc:
-        raise BusUnavailable(f"request on {subject} failed: {exc!r}") from exc
+        raise _send_failed(f"request on {subject}", exc) from exc
     try:
         try:
             await client.publish(subject, data, reply=inbox)
         except nats.errors.Error as exc:
-            raise BusUnavailable(f"request on {subject} failed: {exc!r}") from exc
+            raise _send_failed(f"request on {subject}", exc) from exc
         with anyio.move_on_after(wait):
             async for msg in sub.messages:
                 if msg.headers and msg.headers.get("Status") == "503":
@@ -172,4 +174,21 @@ async def publish(client: Client, subject: str, data: bytes) -> None:
     try:
         await client.publish(subject, data)
     except nats.errors.Error as exc:
-        raise BusError(f"publish on {subject} failed: {exc!r}") from exc
+        raise _send_failed(f"publish on {subject}", exc) from exc
+
+
+_FOR_GOOD = (
+    nats.errors.ConnectionClosedError,
+    nats.errors.ConnectionDrainingError,
+    nats.errors.MaxPayloadError,
+    nats.errors.BadSubjectError,
+)
+"""Send failures that trying again cannot mend: the client is closed, or the message is wrong."""
+
+
+def _send_failed(action: str, exc: nats.errors.Error) -> BusError:
+    """The error a failed send is to callers: `BusUnavailable` (worth retrying) only while
+    the connection may come back."""
+    if isinstance(exc, _FOR_GOOD):
+        return BusError(f"{action} failed: {exc!r}")
+    return BusUnavailable(f"{action} failed: {exc!r}")

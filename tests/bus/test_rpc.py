@@ -10,7 +10,7 @@ import anyio
 import pytest
 from nats.aio.client import Client
 
-from bus import BusUnavailable, Request, gather, listen, request, serve
+from bus import BusConfig, BusError, BusUnavailable, Request, connect, gather, listen, request, serve
 
 
 async def test_listen_takes_messages_one_at_a_time_and_goes_on_after_a_failure(nats_client: Client) -> None:
@@ -90,3 +90,14 @@ async def test_gather_collects_every_answer_and_none_when_nobody_listens(nats_cl
             await tg.start(serve, nats_client, subject, answering(name))
         assert sorted(await gather(nats_client, subject, b"?", wait=1.0)) == [b"a?", b"b?", b"c?"]
         tg.cancel_scope.cancel()
+
+
+async def test_a_request_that_cannot_be_sent_at_all_is_not_worth_retrying(nats_url: str) -> None:
+    client = await connect(BusConfig(servers=[nats_url]))
+    with pytest.raises(BusError, match="MaxPayloadError") as too_big:
+        await request(client, "rpc.big", b"x" * (client.max_payload + 1), timeout=1)
+    assert not isinstance(too_big.value, BusUnavailable)
+    await client.close()
+    with pytest.raises(BusError, match="ConnectionClosedError") as closed:
+        await request(client, "rpc.closed", b"x", timeout=1)
+    assert not isinstance(closed.value, BusUnavailable)
