@@ -126,21 +126,26 @@ class Bucket:
         await self._publish(key, b"", headers, expected_revision)
 
     async def keys(self, prefix: str = "") -> list[str]:
-        """Keys with a live value, optionally under `prefix.`."""
+        """Keys with a live value, optionally under `prefix.`, in order."""
+        return [entry.key for entry in await self.entries(prefix)]
+
+    async def entries(self, prefix: str = "") -> list[KvEntry]:
+        """The live entries, optionally under `prefix.`, by key; none if the bucket does
+        not exist yet (reading never creates it)."""
         filter_subject = f"{self._prefix}{prefix}.>" if prefix else f"{self._prefix}>"
         try:
             info = await self._js.stream_info(self.stream, subjects_filter=filter_subject)
+        except nats.js.errors.NotFoundError:
+            return []
         except nats.js.errors.APIError as exc:
             raise BusError(f"cannot list {self.config.name}: {exc.description}") from exc
         except TRANSIENT as exc:
             raise BusUnavailable(f"cannot list {self.config.name}: {exc!r}") from exc
-        subjects = info.state.subjects or {}
-        keys = [s.removeprefix(self._prefix) for s in subjects]
         live = []
-        for key in sorted(keys):
+        for key in sorted(s.removeprefix(self._prefix) for s in info.state.subjects or {}):
             entry = await self.get(key)
             if entry is not None and not entry.deleted:
-                live.append(key)
+                live.append(entry)
         return live
 
     async def _publish(self, key: str, payload: bytes, headers: dict[str, str], expected: int | None) -> int:

@@ -43,25 +43,28 @@ class PresenceBeacon:
         await self._bucket.ensure()
         task_status.started()
         ttl = max(1.0, self._interval * 3)
+        failing = False
         while True:
             try:
                 await self._bucket.put(self._key, self._snapshot().encode(), ttl=ttl)
-            except BusError as exc:
-                log.debug("heartbeat %s skipped: %s", self._key, exc)
+            except BusError as exc:  # said once per outage: meanwhile the agent is not shown live
+                log.log(logging.DEBUG if failing else logging.WARNING, "heartbeat %s skipped: %s", self._key, exc)
+                failing = True
+            else:
+                if failing:
+                    log.info("heartbeat %s sent again", self._key)
+                failing = False
             await anyio.sleep(self._interval)
 
 
 async def read_presence(client: NatsClient, domain: Domain) -> list[Presence]:
     """Every live heartbeat of `domain`, by agent id."""
     bucket = Bucket(client, BucketConfig(name=PRESENCE_BUCKET))
-    await bucket.ensure()
     found = []
-    for key in await bucket.keys(domain.subject_prefix):
-        entry = await bucket.get(key)
-        if entry is None or entry.value is None:
-            continue
+    for entry in await bucket.entries(domain.subject_prefix):
+        assert entry.value is not None  # `entries` are live
         try:
             found.append(Presence.decode(entry.value))
         except WireError as exc:
-            log.warning("ignoring unreadable heartbeat %s: %s", key, exc)
+            log.warning("ignoring unreadable heartbeat %s: %s", entry.key, exc)
     return sorted(found, key=lambda p: p.agent)
