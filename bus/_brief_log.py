@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, NoReturn
@@ -23,6 +22,7 @@ from bus._kv import Bucket, BucketConfig
 from bus._subjects import BRIEF_BUCKET, Verb, kv_key, subject
 from bus._txlog import LogEntry, TxLog, TxLogConfig
 from schemas import (
+    DEFAULT_MAX_PAYLOAD,
     BriefSnapshot,
     Commit,
     CommitBatch,
@@ -87,7 +87,7 @@ class BriefLog:
     ) -> None:
         self.txlog = TxLog(client, txlog)
         self.snapshots = Bucket(client, snapshots or BucketConfig(name=BRIEF_BUCKET))
-        self._max_payload = max_payload or client.max_payload or 1024 * 1024
+        self._max_payload = max_payload or client.max_payload or DEFAULT_MAX_PAYLOAD
 
     def __repr__(self) -> str:
         return f"<BriefLog {self.txlog!r} {self.snapshots!r}>"
@@ -225,7 +225,7 @@ class BriefLog:
                 entry.seq,
                 state.domain,
                 exc,
-                extra={"domain": str(state.domain), "seq": entry.seq, "at": time.time()},
+                extra={"domain": str(state.domain), "seq": entry.seq},
             )
             return BriefState(state.brief, entry.seq)
 

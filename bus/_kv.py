@@ -22,8 +22,15 @@ from nats.aio.client import Client
 from nats.js import api
 
 from bus._errors import BusError, BusUnavailable, CasConflict
-from bus._streams import RECOVERING, TRANSIENT, ensure_stream, read_unavailable
-from bus._txlog import EXPECTED_LAST_SUBJECT_SEQ, WRONG_LAST_SEQUENCE, actual_sequence
+from bus._streams import (
+    EXPECTED_LAST_SUBJECT_SEQ,
+    RECOVERING,
+    TRANSIENT,
+    WRONG_LAST_SEQUENCE,
+    actual_sequence,
+    ensure_stream,
+    read_unavailable,
+)
 from schemas import UsageError
 
 __all__ = ["Bucket", "BucketConfig", "KvEntry"]

@@ -1,8 +1,10 @@
-"""Stream plumbing shared by the log and the buckets: creation and error translation."""
+"""Stream plumbing shared by the log and the buckets: creation, compare-and-set headers
+and error translation."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Final
 
 import nats.errors
@@ -11,10 +13,25 @@ from nats.js import JetStreamContext, api
 
 from bus._errors import BusError, BusUnavailable
 
-__all__ = ["RECOVERING", "TRANSIENT", "ensure_stream", "read_unavailable", "STREAM_NAME_IN_USE"]
+__all__ = [
+    "EXPECTED_LAST_SUBJECT_SEQ",
+    "RECOVERING",
+    "STREAM_NAME_IN_USE",
+    "TRANSIENT",
+    "WRONG_LAST_SEQUENCE",
+    "actual_sequence",
+    "ensure_stream",
+    "read_unavailable",
+]
 
 STREAM_NAME_IN_USE: Final = 10058
 """err_code of add_stream when the stream exists with another config."""
+
+EXPECTED_LAST_SUBJECT_SEQ: Final = "Nats-Expected-Last-Subject-Sequence"
+"""Header of a write that must find its subject's last message at this sequence."""
+WRONG_LAST_SEQUENCE: Final = 10071
+"""JetStream's err_code for a failed expected-last-sequence check."""
+_ACTUAL_SEQ = re.compile(r"wrong last sequence:\s*(\d+)")
 
 TRANSIENT = (
     nats.errors.TimeoutError,
@@ -71,3 +88,9 @@ async def ensure_stream(js: JetStreamContext, config: api.StreamConfig) -> None:
         raise BusError(f"cannot create stream {config.name!r}: {exc.description}") from exc
     except TRANSIENT as exc:
         raise BusUnavailable(f"cannot create stream {config.name!r}: {exc!r}") from exc
+
+
+def actual_sequence(exc: nats.js.errors.APIError) -> int | None:
+    """The sequence a 10071 error says the subject really had, if it says."""
+    match = _ACTUAL_SEQ.search(exc.description or "")
+    return int(match.group(1)) if match else None

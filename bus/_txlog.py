@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -47,7 +46,15 @@ from nats.js import JetStreamContext, api
 
 from bus._errors import BusError, BusUnavailable, CasConflict, LogTruncated
 from bus._retry import Retry
-from bus._streams import RECOVERING, TRANSIENT, ensure_stream, read_unavailable
+from bus._streams import (
+    EXPECTED_LAST_SUBJECT_SEQ,
+    RECOVERING,
+    TRANSIENT,
+    WRONG_LAST_SEQUENCE,
+    actual_sequence,
+    ensure_stream,
+    read_unavailable,
+)
 from bus._subjects import TX_STREAM, TX_SUBJECTS, live_subject
 
 __all__ = ["TxLog", "TxLogConfig", "LogEntry"]
@@ -55,19 +62,14 @@ __all__ = ["TxLog", "TxLogConfig", "LogEntry"]
 log = logging.getLogger(__name__)
 
 MSG_ID: Final = "Nats-Msg-Id"
-EXPECTED_LAST_SUBJECT_SEQ: Final = "Nats-Expected-Last-Subject-Sequence"
 STORED_SUBJECT: Final = "Nats-Subject"
 STORED_SEQ: Final = "Nats-Sequence"
 STORED_TIME: Final = "Nats-Time-Stamp"
 PREVIOUS_SEQ: Final = "Nats-Last-Sequence"
 """Republish header: the sequence of the entry before this one on its subject (0: none)."""
-WRONG_LAST_SEQUENCE: Final = 10071
-"""JetStream's err_code for a failed expected-last-sequence check."""
 
 _DIRECT_READ_LIMIT: Final = 32
 """Entries `read` fetches one by one before it sets up a consumer for the rest."""
-
-_ACTUAL_SEQ = re.compile(r"wrong last sequence:\s*(\d+)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -473,12 +475,6 @@ def _live_entry(msg: Msg) -> LogEntry | None:
         )
     except (KeyError, ValueError):
         return None
-
-
-def actual_sequence(exc: nats.js.errors.APIError) -> int | None:
-    """The sequence a 10071 error says the subject really had, if it says."""
-    match = _ACTUAL_SEQ.search(exc.description or "")
-    return int(match.group(1)) if match else None
 
 
 async def _unsubscribe(sub: Subscription) -> None:

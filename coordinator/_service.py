@@ -47,6 +47,7 @@ from coordinator._config import FOLD_AUTHOR_SUFFIX, CoordinatorConfig
 from coordinator._dead_letters import DeadLetters
 from coordinator._metrics import Metrics
 from schemas import (
+    DEFAULT_MAX_PAYLOAD,
     Commit,
     Committed,
     Domain,
@@ -175,7 +176,7 @@ class Coordinator:
             self._task_group.start_soon(self._forward, request, cached, cached.owner)
             return
         try:
-            envelope = Envelope.decode(request.data, max_size=self._client.max_payload or 1024 * 1024)
+            envelope = Envelope.decode(request.data, max_size=self._client.max_payload or DEFAULT_MAX_PAYLOAD)
         except WireError as exc:
             await self._dead_letters.send(request, domain, type(exc).__name__, str(exc))
             await self._reply(request.reply, domain, Rejection(code=RejectionCode.INVALID_OP, reason=str(exc)))
@@ -474,7 +475,7 @@ class Coordinator:
                 await retry.pause()
             except Exception as exc:  # refused, or a bug: keep serving, and show why
                 self.metrics.error(f"purge of {domain} failed: {exc!r}")
-                log.error("purge of closed domain %s failed; not trying again", domain, exc_info=True)
+                log.exception("purge of closed domain %s failed; not trying again", domain)
                 cached.purge_scheduled = False
                 return
         if self._domains.get(domain) is cached:
