@@ -20,6 +20,7 @@ from agents.context._errors import (
     UnknownReference,
 )
 from agents.context._modes import BUILTIN_MODES, ModeDescriptor
+from agents.context._records import drop_placeholder
 from agents.context._report import ComposeReport, Composition, LayerItem, LayerView, TailItem, Trim, TrimReason
 from agents.context._summary import ExtractiveSummarizer, Summarizer
 from agents.context._tokens import CLAUDE_SPLIT_PATTERN, DEFAULT_ENCODING, EncodingNotFound, Tokenizer
@@ -53,4 +54,5 @@ __all__ = [
     "TrimReason",
     "UnknownMode",
     "UnknownReference",
+    "drop_placeholder",
 ]

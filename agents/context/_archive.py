@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agents.context._classify import ERROR_LINE
@@ -18,8 +19,9 @@ from schemas import UsageError
 __all__ = [
     "ARCHIVE_SCHEMA",
     "SearchHit",
+    "clip",
     "compact_form",
-    "error_line_numbers",
+    "error_lines",
     "index_pending",
     "read_lines",
     "search_archive",
@@ -65,7 +67,7 @@ def compact_form(
     tokens: int,
     lines: int,
     line_chars: int,
-    error_lines: int,
+    error_count: int,
 ) -> str:
     """The prompt's stand-in for archived output: size, head, tail and error lines."""
     all_lines = content.splitlines()
@@ -77,12 +79,12 @@ def compact_form(
     else:
         shown = [*enumerate(all_lines[:lines], 1), (0, f"… {n - 2 * lines:,} lines not shown …")]
         shown += list(enumerate(all_lines[n - lines :], n - lines + 1))
-    out.extend(_clip(text, line_chars) for _, text in shown)
+    out.extend(clip(text, line_chars) for _, text in shown)
     head_tail = {number for number, _ in shown}
-    errors = [(n, all_lines[n - 1]) for n in error_line_numbers(content, head_tail, error_lines)]
+    errors = error_lines(all_lines, head_tail, error_count)
     if errors:
         out.append("errors:")
-        out.extend(f"{number}: {_clip(text.strip(), line_chars)}" for number, text in errors)
+        out.extend(f"{number}: {clip(text.strip(), line_chars)}" for number, text in errors)
     return "\n".join(out)
 
 
@@ -156,58 +158,71 @@ def search_archive(conn: sqlite3.Connection, domain: str, query: str, limit: int
 
 
 _ERROR_WORDS = (
-    "error",
-    "exception",
-    "traceback",
-    "fail",
-    "fatal",
-    "panic",
-    "denied",
-    "segmentation fault",
-    "no such file",
-    "not found",
-    "<returncode>",
+    b"error",
+    b"exception",
+    b"traceback",
+    b"fail",
+    b"fatal",
+    b"panic",
+    b"denied",
+    b"segmentation fault",
+    b"no such file",
+    b"not found",
+    b"<returncode>",
 )
-"""Substrings every `ERROR_LINE` match contains (lower case): `str.find` skips through a
+"""Substrings every `ERROR_LINE` match contains (lower case): `bytes.find` skips through a
 10 kB log far faster than a regex, which then only checks the candidate lines."""
 
 
-def error_line_numbers(content: str, skip: set[int], limit: int) -> list[int]:
-    """1-based numbers of the first `limit` lines with an error (lines in `skip` excluded).
+def error_lines(lines: Sequence[str], skip: set[int], limit: int) -> list[tuple[int, str]]:
+    r"""The first `limit` lines with an error, as (1-based number, text), skipping `skip`.
+
+    `lines` is the output's `str.splitlines()`, so numbers match what `read` shows even
+    where a progress bar redraws itself with "\r". The words are found in the lines joined
+    by "\n" and ASCII-lowercased as bytes: offsets then agree with the original (unlike
+    `str.lower`, which may change a length) and the "\n"s before one give its line.
 
     Per word, only lines that `ERROR_LINE` confirms count toward the cap: a log full of
     "0 errors" must not hide the one real `ERROR:` line after it. `limit + len(skip)`
     confirmed lines per word are enough, since any earlier confirmed line is either
     skipped or itself among the first `limit`.
     """
-    if limit <= 0:
+    if limit <= 0 or not lines:
         return []
-    lower = content.lower()
+    raw = "\n".join(lines).encode("utf-8", "surrogatepass")
+    lower = raw.lower()
     cap = limit + len(skip)
     verdicts: dict[int, bool] = {}  # line start -> does ERROR_LINE match it (checked once per line)
     for word in _ERROR_WORDS:
         pos = lower.find(word)
         confirmed = 0
         while pos != -1 and confirmed < cap:
-            start = lower.rfind("\n", 0, pos) + 1
-            line_end = lower.find("\n", pos)
+            start = lower.rfind(b"\n", 0, pos) + 1
+            line_end = lower.find(b"\n", pos)
             verdict = verdicts.get(start)
             if verdict is None:
-                end = len(content) if line_end == -1 else line_end
-                verdict = verdicts[start] = ERROR_LINE.search(content, start, end) is not None
+                line = raw[start : len(raw) if line_end == -1 else line_end].decode("utf-8", "surrogatepass")
+                verdict = verdicts[start] = ERROR_LINE.search(line) is not None
             confirmed += verdict
             pos = -1 if line_end == -1 else lower.find(word, line_end)
-    found: list[int] = []
-    line, counted_to = 1, 0
+    found: list[tuple[int, str]] = []
+    number, counted_to = 1, 0
     for start in sorted(start for start, verdict in verdicts.items() if verdict):
-        line += content.count("\n", counted_to, start)
+        number += lower.count(b"\n", counted_to, start)
         counted_to = start
-        if line not in skip:
-            found.append(line)
+        if number not in skip:
+            found.append((number, lines[number - 1]))
             if len(found) == limit:
                 break
     return found
 
 
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+def clip(text: str, limit: int) -> str:
+    """Clip to `limit` characters at a space where possible, marking the cut with "…".
+
+    Shared by compact forms and summary lines, so a clipped line looks the same in both.
+    """
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(" ", 0, max(1, limit - 1))
+    return text[: cut if cut > limit // 2 else max(0, limit - 1)] + "…"

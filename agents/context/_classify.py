@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 __all__ = [
     "ERROR_LINE",
+    "Span",
     "constraint_spans",
     "constraint_text",
     "facts",

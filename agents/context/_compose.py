@@ -27,9 +27,9 @@ from agents.context._state import ContextState
 from agents.context._summary import Summarizer
 from schemas._message import MESSAGE_KINDS
 
-__all__ = ["BRIEF_HEADER", "compose", "protected_units"]
+__all__ = ["compose", "protected_units"]
 
-BRIEF_HEADER = "[shared brief]\n"
+_BRIEF_HEADER = "[shared brief]\n"
 _MIN_SUMMARY_TARGET = 12
 """A summary cap below this many tokens holds nothing useful: entries are dropped instead."""
 _MERGED_MAX = 512
@@ -107,7 +107,7 @@ class _Run:
         if self.layers_cap < 0:
             raise InputTooLarge(self.input_cost, self.cfg.available - excess)
         self.b: LayerBudgets = self.cfg.budgets(self.layers_cap)
-        self.brief = f"{BRIEF_HEADER}{brief}" if brief else None
+        self.brief = f"{_BRIEF_HEADER}{brief}" if brief else None
         self.brief_tokens = count(self.brief) if self.brief else 0
         self.summary_header = count(SUMMARY_HEADER)
         self.pinned_header = count(PINNED_HEADER)
@@ -356,7 +356,7 @@ class _Run:
             record = st.record_constraints(e, compact=True)
             if record is not None and record.tokens < e.shown_tokens:
                 st.demote(e)
-                self._trim(e, "over_budget", "pinned", "rolling", e.shown_tokens)
+                self._trim(e, "over_budget", "pinned", "constraint", e.shown_tokens)
                 return True
         return False
 

@@ -14,7 +14,7 @@ from agents.context._compose import compose, protected_units
 from agents.context._config import ContextConfig
 from agents.context._errors import ContextClosed, DomainMismatch, InvalidMessage, UnknownMode, UnknownReference
 from agents.context._modes import ModeDescriptor, lookup_mode, resolve_modes
-from agents.context._records import ConstraintRecord, Entry, SummaryEntry
+from agents.context._records import ConstraintRecord, Entry, SummaryEntry, drop_placeholder
 from agents.context._report import Composition, LayerView, TailItem, logger
 from agents.context._state import ContextState, check_message
 from agents.context._store import Store
@@ -78,14 +78,18 @@ class LocalContext:
         self._last: Composition | None = None
         self._state = ContextState(self.config, self.tokenizer)
         self._store = Store(path, self._key)
-        meta = self._store.meta()
-        self._mode = lookup_mode(self._modes, meta.get("mode", mode))
-        self._state.load(
-            self._store.load_entries(self._key),
-            self._store.load_summaries(self._key),
-            self._store.load_constraints(self._key),
-            int(meta.get("next_summary", "1")),
-        )
+        try:
+            meta = self._store.meta()
+            self._mode = lookup_mode(self._modes, meta.get("mode", mode))
+            self._state.load(
+                self._store.load_entries(self._key),
+                self._store.load_summaries(self._key),
+                self._store.load_constraints(self._key),
+                int(meta.get("next_summary", "1")),
+            )
+        except BaseException:
+            self._store.close()  # the caller gets no context to close
+            raise
         self._closed = False
 
     # -- properties --------------------------------------------------------------------
@@ -111,11 +115,13 @@ class LocalContext:
         return self._store.path
 
     def __repr__(self) -> str:
+        # Counts as they are: classifying here would move messages between layers, and a
+        # repr (a debugger, a log line) must not change what the next compose does.
         st = self._state
-        st.classify_pending()  # finishing ingest; idempotent
         return (
             f"<LocalContext {self._key} mode={self._mode.name} messages={len(st.entries)} "
-            f"pinned={len(st.pinned)} rolling={len(st.rolling)} summaries={len(st.summaries)}>"
+            f"pinned={len(st.pinned)} rolling={len(st.rolling)} summaries={len(st.summaries)} "
+            f"unclassified={len(st.unclassified)}>"
         )
 
     # -- ingest ------------------------------------------------------------------------
@@ -281,7 +287,7 @@ class LocalContext:
             if e.layer != "rolling" or e.state == "dropped":
                 continue
             e.state = "dropped"
-            placeholder = f"[dropped §{e.tag}§]"
+            placeholder = drop_placeholder(e.tag)
             e.set_compact(placeholder, self.tokenizer.count(placeholder))
             self._state.touch(e)
             done.append(e.tag)

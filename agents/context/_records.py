@@ -12,7 +12,16 @@ from typing import Final, Literal
 
 from schemas._message import Message
 
-__all__ = ["ChatMessage", "ConstraintRecord", "Entry", "Layer", "SummaryEntry", "eviction_value", "LOW_VALUE_KINDS"]
+__all__ = [
+    "ChatMessage",
+    "ConstraintRecord",
+    "Entry",
+    "Layer",
+    "SummaryEntry",
+    "drop_placeholder",
+    "eviction_value",
+    "LOW_VALUE_KINDS",
+]
 
 Layer = Literal["pinned", "rolling", "summary", "gone"]
 """Where a message is: one of the three layers, or out of the prompt for good ("gone")."""
@@ -31,6 +40,14 @@ LOW_VALUE_KINDS: Final = frozenset({"chat", "reasoning", "synthetic"})
 """Kinds that are dropped outright, not summarized, once expired with low importance."""
 
 
+def drop_placeholder(tag: int) -> str:
+    """What a dropped message shows instead of its content: exactly ``[dropped §N§]``.
+
+    Defined once, here: the tail walk (`agents.nudges`) must recognise it byte for byte.
+    """
+    return f"[dropped §{tag}§]"
+
+
 @dataclass(slots=True, eq=False)
 class Entry:
     """One message plus where it lives; see `Message` for the field meanings."""
@@ -47,7 +64,7 @@ class Entry:
     created_at: float
     tokens: int
     state: str = "active"
-    layer: str = "rolling"
+    layer: Layer = "rolling"
     unit: int = 0
     """Tag of the first message of its tool call/result unit (its own tag if alone)."""
     pin: str = ""

@@ -42,8 +42,10 @@ class Trim:
     source: str
     """Layer it left: pinned, rolling or summary."""
     destination: str
-    """Where it went: rolling (demoted), summary, pinned (constraint kept), dropped, or
-    archive (out of the prompt, still readable and searchable)."""
+    """Where it went: rolling (a pin demoted), constraint (a long hard pin cut down: the
+    message went to rolling, its constraint sentences stay pinned), summary, dropped (out
+    of the prompt, still readable and searchable), or archive (a summary entry given up;
+    the messages it covered stay readable and searchable)."""
     tokens: int
     """Prompt tokens it took before the trim."""
 

@@ -17,7 +17,7 @@ from agents.context._config import ContextConfig
 from agents.context._errors import InvalidMessage
 from agents.context._records import ConstraintRecord, Entry, SummaryEntry
 from agents.context._tokens import Tokenizer
-from schemas._message import MESSAGE_KINDS, MESSAGE_ROLES, content_hash
+from schemas._message import MESSAGE_KINDS, MESSAGE_ROLES, message_id
 
 __all__ = ["ContextState", "check_message", "default_importance"]
 
@@ -115,7 +115,7 @@ class ContextState:
         tokens = self._count_rendered(tag, content)
         entry = Entry(
             tag,
-            f"{content_hash(content)}-{tag}",
+            message_id(content, tag),
             role,
             kind,
             content,
@@ -335,7 +335,7 @@ class ContextState:
             tokens=entry.tokens,
             lines=cfg.compact_lines,
             line_chars=cfg.compact_line_chars,
-            error_lines=cfg.compact_error_lines,
+            error_count=cfg.compact_error_lines,
         )
         entry.set_compact(compact, self.tokenizer.count(compact))
 

@@ -67,19 +67,28 @@ class Store:
         self.domain = domain
         try:
             self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot open context store {self.path!r}: {exc}") from exc
+        try:
+            self._bind(domain)
+        except BaseException:
+            self._conn.close()  # the caller gets no store to close
+            raise
+
+    def _bind(self, domain: str) -> None:
+        """Set the file up and bind it to `domain` (on first use), or refuse it."""
+        try:
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.executescript(_SCHEMA + ARCHIVE_SCHEMA)
+            meta = self.meta()
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot open context store {self.path!r}: {exc}") from exc
-        meta = self.meta()
         bound = meta.get("domain")
         if bound is not None and bound != domain:
-            self._conn.close()
             raise DomainMismatch(bound, domain)
         version = meta.get("schema", SCHEMA_VERSION)
         if version != SCHEMA_VERSION:
-            self._conn.close()
             raise StoreError(f"context store {self.path!r} has schema {version!r}; this build reads {SCHEMA_VERSION!r}")
         if bound is None:
             self.write_meta({"domain": domain, "schema": SCHEMA_VERSION})

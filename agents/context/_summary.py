@@ -14,11 +14,11 @@ import re
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from agents.context._archive import error_line_numbers
+from agents.context._archive import clip, error_lines
 from agents.context._classify import Span, facts, rule_span, score_unit, split_units
 from schemas._message import Message
 
-__all__ = ["ExtractiveSummarizer", "Summarizer", "estimate_tokens"]
+__all__ = ["ExtractiveSummarizer", "Summarizer"]
 
 _CALL = re.compile(r"<tool_call\b[^>]*?\bname=\"([^\"]*)\"[^>]*>(.*?)</tool_call>", re.DOTALL)
 """Calls written inline as `<tool_call name=".." id="..">ARGS</tool_call>` (the transcripts' form)."""
@@ -30,11 +30,6 @@ _CHARS_PER_TOKEN = 3.0
 """Conservative chars-per-token used to plan sizes before the one real count."""
 _CLAUSE_BREAK = re.compile(r"[,;:](?=\s)|\s[-–—]\s|[()]")
 """Where a clause ends inside a sentence (not the colon of `10:00` or the comma of `1,000`)."""
-
-
-def estimate_tokens(text: str) -> int:
-    """A cheap over-estimate of the token count, for planning only."""
-    return int(len(text) / _CHARS_PER_TOKEN) + 1
 
 
 @runtime_checkable
@@ -96,7 +91,7 @@ class ExtractiveSummarizer:
             return ""
         best = lines[ranked[0]]
         head = _head(best)
-        return _clip(head + _shorten(_body(best), int(budget) - len(head), set()), int(budget))
+        return clip(head + _shorten(_body(best), int(budget) - len(head), set()), int(budget))
 
     def _score(self, line: str) -> float:
         score = self._scores.get(line)
@@ -130,10 +125,10 @@ class ExtractiveSummarizer:
         prose = self._pick(_CALL.sub(" ", text), budget // 2, noise)
         parts = [prose] if prose else []
         for name, args in calls:
-            shown = _clip(" ".join(args.split()), 160)
+            shown = clip(" ".join(args.split()), 160)
             extra = [f for f in facts(args) if f not in shown and f not in noise][:4]
             parts.append(f"{name}({shown})" + (" · " + " · ".join(extra) if extra else ""))
-        return _clip(" ".join(parts), budget)
+        return clip(" ".join(parts), budget)
 
     def _tool_result(self, message: Message, budget: int, noise: set[str]) -> str:
         text = message.content
@@ -143,16 +138,15 @@ class ExtractiveSummarizer:
             parts.append("archived, ctx_read for detail")
         first = next((line.strip() for line in lines if line.strip()), "")
         if first:
-            parts.append(_clip(first, 120))
-        errors = [lines[n - 1].strip() for n in error_line_numbers(text, {1}, 2)]
-        parts.extend(_clip(line, 160) for line in errors)
+            parts.append(clip(first, 120))
+        parts.extend(clip(line.strip(), 160) for _, line in error_lines(lines, {1}, 2))
         out = "; ".join(parts)
         # Facts come from the head only: past a few kB a log repeats itself, and the whole
         # text stays readable in the archive.
         found = [f for f in facts(text[:_FACTS_SCAN_CHARS]) if f not in out and f not in noise][:8]
         if found:
             out += " · " + " · ".join(found)
-        return _clip(out, budget)
+        return clip(out, budget)
 
     def _pick(self, text: str, budget: int, noise: set[str]) -> str:
         # A line holds a few hundred characters: ranking the first units is enough, and
@@ -174,7 +168,7 @@ class ExtractiveSummarizer:
             keep.append((i, unit))
             used += len(unit) + 1
         if not keep:
-            return _clip(units[0], budget)
+            return clip(units[0], budget)
         return " ".join(unit for _, unit in sorted(keep))
 
 
@@ -235,11 +229,3 @@ def _head(line: str) -> str:
 
 def _body(line: str) -> str:
     return line[len(_head(line)) :]
-
-
-def _clip(text: str, limit: int) -> str:
-    """Clip to `limit` characters at a space where possible, marking the cut."""
-    if len(text) <= limit:
-        return text
-    cut = text.rfind(" ", 0, max(1, limit - 1))
-    return text[: cut if cut > limit // 2 else max(0, limit - 1)] + "…"

@@ -1,13 +1,17 @@
 """The text markers the walk must recognise: our reminder spans and drop placeholders.
 
-They live in one place because two sides must agree on them byte for byte: the code
-that writes a reminder or a placeholder into the tail, and the walk that leaves them
-out of U and T.
+Both sides must agree on them byte for byte: the code that writes a reminder or a
+placeholder into the tail, and the walk that leaves them out of U and T. Reminder spans
+are written here. The drop placeholder is written by the context engine, so its one home
+is `agents.context.drop_placeholder`; it is re-exported here, and the prefix that
+recognises it is derived from it.
 """
 
 from __future__ import annotations
 
 import re
+
+from agents.context import drop_placeholder
 
 __all__ = [
     "DROP_PLACEHOLDER_PREFIXES",
@@ -22,8 +26,9 @@ __all__ = [
 REMINDER_OPEN = "\n\n<system-reminder>\n"
 """Opens a reminder span appended to a tool output (the host's own reminder convention)."""
 REMINDER_CLOSE = "\n</system-reminder>"
-DROP_PLACEHOLDER_PREFIXES = ("[dropped", "[truncated")
-"""Rendered stand-ins for dropped content; they cost a few tokens but are not reclaimable."""
+DROP_PLACEHOLDER_PREFIXES = (drop_placeholder(0).partition(" ")[0], "[truncated")
+"""Rendered stand-ins for dropped content (`[dropped`, `[truncated`); they cost a few tokens
+but are not reclaimable."""
 
 _TAG_PREFIX = re.compile(r"§\d+§\s*")
 
@@ -41,11 +46,6 @@ def strip_reminder_spans(text: str) -> str:
             break
         text = text[:opener]
     return text
-
-
-def drop_placeholder(tag_number: int) -> str:
-    """What a dropped message leaves behind: exactly ``[dropped §N§]``."""
-    return f"[dropped §{tag_number}§]"
 
 
 def is_drop_placeholder(text: str) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agents.context import ExtractiveSummarizer
-from agents.context._archive import error_line_numbers
+from agents.context._archive import error_lines
 from schemas import UsageError
 from tests.context.conftest import MakeContext
 
@@ -62,7 +62,7 @@ def test_error_lines_are_found_past_many_lines_that_only_mention_errors(make_ctx
     lines = ["$ make test", *(f"module_{i}: 0 errors, 0 warnings" for i in range(40))]
     lines += ["ERROR: test_payment_refund crashed with ConnectionRefused", *(f"ok {i}" for i in range(40)), "done"]
     log = "\n".join(lines)
-    assert error_line_numbers(log, set(), 5) == [42]
+    assert error_lines(log.splitlines(), set(), 5) == [(42, lines[41])]
 
     ctx = make_ctx(settings={"archive_threshold": 200})
     ctx.add("assistant", "Testing.", tool_name="make", call_id="t")
@@ -70,6 +70,33 @@ def test_error_lines_are_found_past_many_lines_that_only_mention_errors(make_ctx
     assert "42: ERROR: test_payment_refund crashed" in ctx.compose().messages[-1]["content"]
     summary = ExtractiveSummarizer().summarize([ctx.message(tag)])
     assert "ERROR: test_payment_refund crashed" in summary
+
+
+def test_error_lines_are_numbered_as_read_numbers_them(make_ctx: MakeContext) -> None:
+    # A progress bar redraws itself with "\r"; `read` (str.splitlines) counts each as a line.
+    log = "10%\r20%\r100%\nok\nERROR: boom\ndone\n"
+    ctx = make_ctx(settings={"archive_threshold": 1, "compact_lines": 1})
+    ctx.add("assistant", "Downloading.", tool_name="fetch", call_id="f")
+    tag = ctx.add("tool", log, tool_name="fetch", call_id="f")
+    assert ctx.read(tag, lines=(5, 5)) == "5: ERROR: boom"
+    shown = ctx.compose().messages[-1]["content"]
+    assert shown.endswith("errors:\n5: ERROR: boom"), shown
+    summary = ExtractiveSummarizer().summarize([ctx.message(tag)])
+    assert "; 10%; ERROR: boom" in summary, summary
+
+
+def test_error_lines_survive_text_whose_lower_case_is_longer() -> None:
+    # "İ".lower() is two characters: offsets into a lower-cased copy would drift.
+    lines = ["İİİİ retrying", "İİ ok", "Traceback (most recent call last):", "ValueError: bad"]
+    assert error_lines(lines, set(), 5) == [(3, lines[2]), (4, lines[3])]
+
+
+def test_long_lines_of_a_compact_form_are_clipped_between_words(make_ctx: MakeContext) -> None:
+    ctx = make_ctx(settings={"archive_threshold": 20, "compact_line_chars": 40})
+    ctx.add("assistant", "Listing.", tool_name="ls", call_id="l")
+    ctx.add("tool", "words " * 60 + "\nERROR: " + "failed " * 20, tool_name="ls", call_id="l")
+    shown = ctx.compose().messages[-1]["content"].splitlines()
+    assert shown[1:] == ["words " * 5 + "words…", "ERROR: " + "failed " * 3 + "failed…"]
 
 
 def test_reading_a_range_past_the_end_says_how_many_lines_there_are(make_ctx: MakeContext) -> None:

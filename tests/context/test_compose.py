@@ -87,6 +87,21 @@ def test_soft_pins_are_demoted_before_hard_constraints(make_ctx: MakeContext) ->
     assert any(item.tag == rule for item in pinned.items)
 
 
+def test_a_long_hard_pin_cut_to_its_constraint_is_reported_as_such(make_ctx: MakeContext) -> None:
+    ctx = make_ctx(window=2_000, settings={"reserve_system": 300, "reserve_output": 300})
+    background = "Some background on the module layout and how it grew over the years. " * 6
+    rules = [ctx.add("user", f"{background}Never edit vendor{i}/ by hand.") for i in range(3)]
+    trims = ctx.compose().report.trims
+    assert [(t.tag, t.source, t.destination) for t in trims] == [(rules[0], "pinned", "constraint")]
+    pinned = next(v for v in ctx.inspect() if v.name == "pinned")
+    assert [(item.tag, item.kind) for item in pinned.items] == [
+        (rules[0], "constraint"),
+        (rules[1], "chat"),
+        (rules[2], "chat"),
+    ]
+    assert pinned.items[0].text == f"§{rules[0]}§ Never edit vendor0/ by hand."
+
+
 def test_hard_constraints_that_alone_exceed_the_budget_are_reported(
     make_ctx: MakeContext, tokenizer: Tokenizer
 ) -> None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
 import pytest
 
-from agents.context import DomainMismatch, LocalContext, StoreError, Tokenizer
+from agents.context import DomainMismatch, LocalContext, ModeDescriptor, StoreError, Tokenizer, UnknownMode
 from agents.context._store import Store
 from tests.context.conftest import MakeContext
 
@@ -65,18 +66,55 @@ def test_store_is_wal_and_bound_to_its_domain(make_ctx: MakeContext, tmp_path: P
         assert {row[0] for row in conn.execute("SELECT DISTINCT domain FROM messages")} == {"alice/s1/t1"}
 
 
+def _open_files(path: Path) -> list[str]:
+    """Files of this process open on `path` or its -wal/-shm companions."""
+    fds = Path("/proc/self/fd")
+    if not fds.is_dir():
+        pytest.skip("needs /proc to see the process's open files")
+    found = []
+    for fd in fds.iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:  # the fd listing itself, closed meanwhile
+            continue
+        if target.startswith(str(path)):
+            found.append(target)
+    return found
+
+
 def test_unreadable_file_is_a_store_error(tmp_path: Path, tokenizer: Tokenizer) -> None:
     bad = tmp_path / "bad.db"
     bad.write_bytes(b"this is not a database, just some bytes" * 100)
-    with pytest.raises(StoreError, match="bad.db"):
+    with pytest.raises(StoreError, match="bad.db") as failed:
         LocalContext(bad, "a/b/c", tokenizer=tokenizer)
+    # The traceback still holds the half-built objects: only an explicit close frees the file.
+    assert failed.value.__traceback__ is not None
+    assert _open_files(bad) == []
+
+
+def test_a_reopen_that_fails_leaves_the_file_closed(make_ctx: MakeContext, tmp_path: Path) -> None:
+    review = ModeDescriptor(name="review", system_template="Review.", kinds=frozenset({"chat"}), output_constraint="-")
+    ctx = make_ctx("r.db", modes=[review])
+    ctx.add("user", "Review the parser.")
+    ctx.switch_mode("review")
+    ctx.close()
+    assert _open_files(tmp_path / "r.db") == []
+    with pytest.raises(UnknownMode, match="review") as failed:
+        make_ctx("r.db")
+    assert failed.value.__traceback__ is not None
+    assert _open_files(tmp_path / "r.db") == []
+    assert make_ctx("r.db", modes=[review]).mode.name == "review"
 
 
 def test_repr_shows_live_state(make_ctx: MakeContext) -> None:
     ctx = make_ctx(domain="carol/s2/t9")
     ctx.add("user", "hello")
     ctx.add("assistant", "hi")
-    assert repr(ctx) == "<LocalContext carol/s2/t9 mode=task messages=2 pinned=1 rolling=1 summaries=0>"
+    before = "<LocalContext carol/s2/t9 mode=task messages=2 pinned=0 rolling=2 summaries=0 unclassified=1>"
+    assert repr(ctx) == before, "the goal is pinned when classified, not by looking"
+    assert repr(ctx) == before
+    ctx.compose()
+    assert repr(ctx) == "<LocalContext carol/s2/t9 mode=task messages=2 pinned=1 rolling=1 summaries=0 unclassified=0>"
 
 
 def _refuse_inserts(path: Path, table: str) -> sqlite3.Connection:

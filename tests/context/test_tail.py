@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import agents.nudges
+from agents.context import drop_placeholder
 from tests.context.conftest import MakeContext
 
 
@@ -25,6 +27,7 @@ def test_drop_leaves_exactly_a_placeholder_and_tail_reports_it(make_ctx: MakeCon
     assert ctx.drop([result, result, 1]) == [result], "pinned and already dropped tags are skipped"
     contents = [m["content"] for m in ctx.compose().messages]
     assert f"[dropped §{result}§]" in contents
+    assert drop_placeholder(result) in contents
     after = {t.tag: t for t in ctx.tail()}
     assert after[result].state == "dropped" and after[result].tokens < before[result]
     assert ctx.message(result).state == "dropped"
@@ -41,3 +44,15 @@ def test_drop_right_after_add_never_loses_a_user_constraint(make_ctx: MakeContex
     pinned = "\n".join(item.text for view in ctx.inspect() if view.name == "pinned" for item in view.items)
     assert "Never force-push to main." in pinned
     assert "Do not edit vendor/ at all." in pinned, "a dropped long message keeps its constraint record"
+
+
+def test_the_placeholder_the_tail_walk_recognises_is_the_one_drop_writes(make_ctx: MakeContext) -> None:
+    assert agents.nudges.drop_placeholder is drop_placeholder, "one home for the placeholder text"
+    ctx = make_ctx(settings={"protected_recent": 0})
+    ctx.add("user", "Investigate the crash.")
+    ctx.add("assistant", "Reading the log.", tool_name="cat", call_id="k1")
+    result = ctx.add("tool", "Traceback ...\n" * 50, tool_name="cat", call_id="k1")
+    ctx.drop([result])
+    shown = [item.text for view in ctx.inspect() for item in view.items if item.tag == result]
+    assert shown == [drop_placeholder(result)]
+    assert agents.nudges.is_drop_placeholder(shown[0])
