@@ -33,6 +33,7 @@ from schemas import (
     TaskBrief,
     WireError,
     apply,
+    op_fingerprint,
 )
 
 __all__ = ["BriefLog", "BriefState", "batch_msg_id", "commits_of"]
@@ -47,14 +48,19 @@ sends more, so a batch must be split before that."""
 
 
 def batch_msg_id(commits: Sequence[Commit]) -> str:
-    """The log message id of a batch: a digest of its revisions, authors and keys.
+    """The log message id of a batch: a digest of its revisions, authors, keys and ops.
 
     Deterministic, so a retried append of the same batch is recognised as already
-    stored; different for any other batch, even one starting with the same proposal.
+    stored; different for any other batch, even one starting with the same proposal,
+    and even one whose author sent another op under the same key at the same revision
+    through another coordinator (taken for our own append, it would be answered as
+    committed and lost).
     """
     digest = hashlib.sha256()
     for commit in commits:
-        digest.update(f"{commit.revision}\x1f{commit.author}\x1f{commit.key}\x1e".encode())
+        digest.update(
+            f"{commit.revision}\x1f{commit.author}\x1f{commit.key}\x1f{op_fingerprint(commit.op)}\x1e".encode()
+        )
     return f"{commits[0].domain.subject_prefix}:{commits[0].revision}:{digest.hexdigest()[:32]}"
 
 

@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from bus import BriefLog, BusConfig, connect
+from bus import BriefLog, BusConfig, CasConflict, NatsClient, connect
 from bus.testing import ServerFactory
 from schemas import AddNote, Commit, CommitBatch, Domain, Envelope, MessageType, PayloadTooLarge, Proposal
 
@@ -54,3 +54,24 @@ async def test_a_batch_that_fits_only_without_its_headers_is_refused_and_the_con
         assert (await log.load(domain)).brief.revision == len(half)
     finally:
         await client.close()
+
+
+async def test_another_op_under_the_same_key_at_the_same_revision_is_not_taken_for_ours(
+    nats_client: NatsClient,
+) -> None:
+    """Two coordinators judge one author's two ops, sent under one key, on the same base:
+    the second append must lose its race, not be answered as the first one's retry."""
+    log = BriefLog(nats_client)
+    await log.ensure()
+    domain = Domain.parse(f"u/s/{uuid.uuid4().hex[:8]}")
+    base = await log.load(domain)
+
+    def commit(text: str) -> Commit:
+        proposal = Proposal(domain=domain, author="a", op=AddNote(text=text), key="same-key")
+        return Commit.of(proposal, revision=1, ts=0.0, committed_by="test")
+
+    first = await log.append(base, [commit("one")], sender="c1")
+    assert await log.append(base, [commit("one")], sender="c2") == first, "a retry is still recognised"
+    with pytest.raises(CasConflict) as lost:
+        await log.append(base, [commit("two")], sender="c2")
+    assert lost.value.actual == first
