@@ -17,8 +17,9 @@ from typing import Final, NoReturn
 from nats.aio.client import Client
 from pydantic import ValidationError
 
-from bus._errors import LogTruncated
+from bus._errors import BusUnavailable, LogTruncated
 from bus._kv import Bucket, BucketConfig
+from bus._retry import Retry
 from bus._subjects import BRIEF_BUCKET, Verb, kv_key, subject
 from bus._txlog import LogEntry, TxLog, TxLogConfig
 from schemas import (
@@ -170,8 +171,18 @@ class BriefLog:
                 await self.txlog.tail(subject(state.domain, Verb.TX), state.seq, on_entry)
             except LogTruncated as exc:
                 log.info("%s; loading %s afresh", exc, state.domain)
-                state = await self.load(state.domain)
+                state = await self._load_retrying(state.domain)
                 on_state(state)
+
+    async def _load_retrying(self, domain: Domain) -> BriefState:
+        """`load`, tried again while the bus is away: a follower has nothing else to do."""
+        retry = Retry(max_pause=1.0)
+        while True:
+            try:
+                return await self.load(domain)
+            except BusUnavailable as exc:
+                log.debug("cannot load %s yet (%s); retrying", domain, exc)
+                await retry.pause()
 
     async def append(self, state: BriefState, commits: Sequence[Commit], *, sender: str) -> int:
         """Append `commits` as one entry if the log is still at `state.seq`.

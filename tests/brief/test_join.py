@@ -7,7 +7,7 @@ import uuid
 import anyio
 
 from agents.brief import BriefReplica
-from bus import TX_STREAM, BriefLog, BriefState, NatsClient, TxLogConfig, Verb, subject
+from bus import TX_STREAM, BriefLog, BriefState, Bucket, BucketConfig, NatsClient, TxLogConfig, Verb, subject
 from schemas import AddPending, Close, Commit, Complete, Domain, Proposal, SetGoal, TaskBrief, apply, brief_hash
 
 BATCH = 50
@@ -123,3 +123,26 @@ async def test_a_following_replica_that_missed_the_close_and_purge_sees_it_close
         await replica.wait_for(11, timeout=10)
         assert replica.brief.is_closed and replica.state.seq == 0
         tg.cancel_scope.cancel()
+
+
+async def test_a_follower_that_must_load_afresh_waits_out_an_outage(nats_client: NatsClient) -> None:
+    snapshots = BucketConfig(name=f"SNAP{uuid.uuid4().hex[:8]}")
+    log = BriefLog(nats_client, txlog=TxLogConfig(idle_heartbeat=0.1), snapshots=snapshots)
+    await log.txlog.ensure()  # the log only: until its bucket exists, no snapshot read is answered
+    domain = Domain.parse(f"follow/s/{uuid.uuid4().hex[:8]}")
+    states: list[BriefState] = []
+    loaded = anyio.Event()
+
+    def on_state(state: BriefState) -> None:
+        states.append(state)
+        loaded.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(log.follow, BriefState(TaskBrief(domain=domain), 7), on_state)  # past the log's end
+        await anyio.sleep(1.0)  # quiet spells find the log truncated; each load goes unanswered
+        assert states == []
+        await Bucket(nats_client, snapshots).ensure()
+        with anyio.fail_after(10):
+            await loaded.wait()
+        tg.cancel_scope.cancel()
+    assert (states[0].seq, states[0].brief.revision) == (0, 0)
