@@ -9,7 +9,7 @@ from nats.aio.client import Client as NatsClient
 from bus._brief_log import BriefLog, BriefState, batch_msg_id, commits_of
 from bus._cluster import LoopbackCluster
 from bus._connection import DEFAULT_CONNECT_DEADLINE, BusConfig, TlsConfig, connect
-from bus._errors import BusError, BusUnavailable, CasConflict, LeaseHeld, LogTruncated, ServerError
+from bus._errors import BusError, BusUnavailable, CasConflict, LeaseHeld, LogTruncated, ServerError, StreamMissing
 from bus._event_loop import NO_UVLOOP_ENV, anyio_backend, event_loop_name, run_async, uses_uvloop
 from bus._kv import Bucket, BucketConfig, KvEntry
 from bus._leases import Lease, LeaseConfig, Leases
@@ -65,6 +65,7 @@ __all__ = [
     "Request",
     "Retry",
     "ServerError",
+    "StreamMissing",
     "TX_STREAM",
     "TX_SUBJECTS",
     "TlsConfig",

@@ -4,6 +4,7 @@ CtxbusError
 └── BusError                 talking to NATS failed
     ├── ServerError          the embedded nats-server is missing or would not start
     ├── BusUnavailable       no server answered in time (down, restarting, unreachable)
+    │   └── StreamMissing    no stream answered a read: not created yet, or lost with a store
     ├── CasConflict          a compare-and-set found another last sequence
     ├── LogTruncated         a log no longer holds entries a reader has seen
     └── LeaseHeld            a lease is already claimed by another holder
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from schemas import CtxbusError
 
-__all__ = ["BusError", "ServerError", "BusUnavailable", "CasConflict", "LogTruncated", "LeaseHeld"]
+__all__ = ["BusError", "ServerError", "BusUnavailable", "StreamMissing", "CasConflict", "LogTruncated", "LeaseHeld"]
 
 
 class BusError(CtxbusError):
@@ -26,6 +27,11 @@ class ServerError(BusError):
 
 class BusUnavailable(BusError):
     """Raised when no server answered before the operation's deadline."""
+
+
+class StreamMissing(BusUnavailable):
+    """Raised when no stream answered a read: on a fresh server nobody has created it yet,
+    and after a server lost its store it is gone. Only its writers may create it again."""
 
 
 class CasConflict(BusError):

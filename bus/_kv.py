@@ -13,10 +13,12 @@ We never set `subject_delete_marker_ttl` (nats-py's `limit_marker_ttl`): with it
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from typing import Final
 
+import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
 from nats.js import api
@@ -24,6 +26,7 @@ from nats.js import api
 from bus._errors import BusError, BusUnavailable, CasConflict
 from bus._streams import (
     EXPECTED_LAST_SUBJECT_SEQ,
+    NO_STREAM,
     RECOVERING,
     TRANSIENT,
     WRONG_LAST_SEQUENCE,
@@ -34,6 +37,8 @@ from bus._streams import (
 from schemas import UsageError
 
 __all__ = ["Bucket", "BucketConfig", "KvEntry"]
+
+log = logging.getLogger(__name__)
 
 TTL_HEADER: Final = "Nats-TTL"
 KV_OPERATION: Final = "KV-Operation"
@@ -156,15 +161,27 @@ class Bucket:
         return live
 
     async def _publish(self, key: str, payload: bytes, headers: dict[str, str], expected: int | None) -> int:
-        try:
-            ack = await self._js.publish(self._prefix + key, payload, stream=self.stream, headers=headers or None)
-        except RECOVERING as exc:
-            raise BusUnavailable(f"write to {self.config.name}/{key} not acknowledged: {exc!r}") from exc
-        except nats.js.errors.APIError as exc:
-            if exc.err_code == WRONG_LAST_SEQUENCE:
-                raise CasConflict(key, expected or 0, actual_sequence(exc)) from exc
-            raise BusError(f"write to {self.config.name}/{key} refused: {exc.description}") from exc
-        return int(ack.seq)
+        recreated = False
+        while True:
+            try:
+                ack = await self._js.publish(self._prefix + key, payload, stream=self.stream, headers=headers or None)
+                return int(ack.seq)
+            except NO_STREAM as exc:
+                if recreated:
+                    raise BusUnavailable(f"write to {self.config.name}/{key} not acknowledged: {exc!r}") from exc
+                # A server that lost its store (or a bucket deleted by hand) would refuse
+                # every write for good: create the bucket again, and write once more.
+                log.warning("no stream took a write to %s/%s; creating the bucket again", self.config.name, key)
+                await self.ensure()
+                recreated = True
+            except RECOVERING as exc:
+                raise BusUnavailable(f"write to {self.config.name}/{key} not acknowledged: {exc!r}") from exc
+            except nats.js.errors.APIError as exc:
+                if exc.err_code == WRONG_LAST_SEQUENCE:
+                    raise CasConflict(key, expected or 0, actual_sequence(exc)) from exc
+                raise BusError(f"write to {self.config.name}/{key} refused: {exc.description}") from exc
+            except nats.errors.Error as exc:  # closed, or a message the client will not send
+                raise BusError(f"write to {self.config.name}/{key} failed: {exc!r}") from exc
 
 
 def whole_seconds(ttl: float) -> int:

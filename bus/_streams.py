@@ -11,10 +11,11 @@ import nats.errors
 import nats.js.errors
 from nats.js import JetStreamContext, api
 
-from bus._errors import BusError, BusUnavailable
+from bus._errors import BusError, BusUnavailable, StreamMissing
 
 __all__ = [
     "EXPECTED_LAST_SUBJECT_SEQ",
+    "NO_STREAM",
     "RECOVERING",
     "STREAM_NAME_IN_USE",
     "TRANSIENT",
@@ -38,11 +39,16 @@ TRANSIENT = (
     nats.errors.NoRespondersError,
     nats.errors.ConnectionReconnectingError,
     nats.errors.StaleConnectionError,
+    nats.errors.OutboundBufferLimitError,
     nats.js.errors.ServiceUnavailableError,
     nats.js.errors.NoStreamResponseError,
 )
 """nats-py errors that mean "no answer now" (server down, restarting, electing), as
 opposed to a refusal: the request may or may not have been carried out."""
+
+NO_STREAM = (nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError)
+"""What a write to a stream that does not exist gets: nobody takes it (as when the
+server came back with an empty store), or JetStream is not up yet."""
 
 RECOVERING = (*TRANSIENT, nats.js.errors.ServerError)
 """`TRANSIENT`, and the 500s JetStream answers while it recovers after a restart: worth
@@ -57,7 +63,7 @@ def read_unavailable(action: str, exc: Exception) -> BusUnavailable:
     is the usual cause, since only coordinators create the log and the snapshots.
     """
     if isinstance(exc, nats.errors.NoRespondersError):
-        return BusUnavailable(
+        return StreamMissing(
             f"{action}: no stream answered (no ctxbus log on this server yet? a coordinator creates it: "
             "`ctxbus up`, or `ctxbus coordinator` against this server)"
         )

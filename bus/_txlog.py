@@ -48,6 +48,7 @@ from bus._errors import BusError, BusUnavailable, CasConflict, LogTruncated
 from bus._retry import Retry
 from bus._streams import (
     EXPECTED_LAST_SUBJECT_SEQ,
+    NO_STREAM,
     RECOVERING,
     TRANSIENT,
     WRONG_LAST_SEQUENCE,
@@ -182,12 +183,26 @@ class TxLog:
                 if stored is not None:
                     return stored
                 raise CasConflict(subject, expected_last_subject_seq, actual_sequence(exc)) from exc
+            except NO_STREAM as exc:
+                log.warning("no stream took an append to %s (%r); creating the log again", subject, exc)
+                await self._recreate()
+                await retry.pause()
             except RECOVERING as exc:  # a repeat is safe: the message id dedupes it
                 log.debug("append to %s not acknowledged (%r); retrying", subject, exc)
                 await retry.pause()
             except nats.js.errors.APIError as exc:
                 raise BusError(f"append to {subject} refused: {exc.description}") from exc
+            except nats.errors.Error as exc:  # closed, or a message the client will not send
+                raise BusError(f"append to {subject} failed: {exc!r}") from exc
         raise BusUnavailable(f"append to {subject} not acknowledged within {self.config.deadline:g}s")
+
+    async def _recreate(self) -> None:
+        """`ensure`, for an append that found no stream: a server that lost its store (or
+        a stream deleted by hand) would otherwise refuse every commit for good."""
+        try:
+            await self.ensure()
+        except BusError as exc:  # the server is not ready yet: the append tries again
+            log.debug("cannot create %s yet (%s)", self.config.stream, exc)
 
     async def last_seq(self, subject: str, *, from_leader: bool = False) -> int:
         """Stream sequence of the last message on `subject`; 0 if it has none.

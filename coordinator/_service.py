@@ -32,6 +32,7 @@ from bus import (
     NatsClient,
     Request,
     Retry,
+    StreamMissing,
     TxLogConfig,
     Verb,
     all_domains,
@@ -286,12 +287,23 @@ class Coordinator:
                         exc,
                         exc_info=not isinstance(exc, BusError),  # a bug: show where
                     )
+                    if isinstance(exc, StreamMissing):
+                        await self._recreate_streams()
                 finally:
                     self._held -= len(batch)
                 if committed:
                     await self._after_commit(cached, committed)
         finally:
             cached.committer = False
+
+    async def _recreate_streams(self) -> None:
+        """Create the log and the snapshots' bucket again, after a read found one missing:
+        a server that came back with an empty store would otherwise refuse every batch."""
+        log.warning("a stream of the brief log is missing (a server that lost its store?); creating it again")
+        try:
+            await self._log.ensure()
+        except BusError as exc:  # not ready yet: the next failed batch tries again
+            log.warning("cannot create the brief log's streams yet: %s", exc)
 
     async def _load(self, cached: _Domain) -> None:
         cached.state = await self._log.load(cached.state.domain)

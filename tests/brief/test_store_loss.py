@@ -1,0 +1,60 @@
+"""A server that comes back with an empty store: the log and the buckets are created
+again by their writers, instead of every write being refused for good."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import anyio
+
+from agents.brief import Proposer
+from bus import Bucket, BucketConfig, BusConfig, BusUnavailable, connect
+from bus.testing import ServerFactory
+from schemas import AddNote, Committed, Domain
+from tests._support import running_coordinator
+
+
+async def test_a_coordinator_serves_on_after_the_server_loses_its_store(
+    nats_server_factory: ServerFactory, tmp_path: Path
+) -> None:
+    server = nats_server_factory()
+    domain = Domain.parse(f"loss/s/{uuid.uuid4().hex[:8]}")
+    async with running_coordinator(server.url, coordinator_id="c-loss") as (client, _):
+        agent = Proposer(client, domain, agent_id="a")
+        assert await agent.propose(AddNote(text="before")) == Committed(revision=1)
+        await anyio.to_thread.run_sync(server.kill)
+        nats_server_factory(port=server.port, data_dir=tmp_path / "empty")
+        with anyio.fail_after(60):
+            while True:  # until the client is back; then the log is created again
+                try:
+                    reply = await agent.propose(AddNote(text="after"))
+                    break
+                except BusUnavailable:
+                    await anyio.sleep(0.2)
+        # A new history: what the old store held is gone with it.
+        assert reply == Committed(revision=1)
+
+
+async def test_a_bucket_write_after_the_server_lost_its_store_creates_the_bucket_again(
+    nats_server_factory: ServerFactory, tmp_path: Path
+) -> None:
+    server = nats_server_factory()
+    client = await connect(BusConfig(servers=[server.url]))
+    try:
+        bucket = Bucket(client, BucketConfig(name=f"B{uuid.uuid4().hex[:8]}"))
+        await bucket.ensure()
+        await bucket.put("k", b"before")
+        await anyio.to_thread.run_sync(server.kill)
+        nats_server_factory(port=server.port, data_dir=tmp_path / "empty")
+        with anyio.fail_after(30):
+            while True:
+                try:
+                    await bucket.put("k", b"after")
+                    break
+                except BusUnavailable:
+                    await anyio.sleep(0.2)
+        entry = await bucket.get("k")
+        assert entry is not None and entry.value == b"after"
+    finally:
+        await client.close()
