@@ -180,7 +180,7 @@ class Coordinator:
             envelope = Envelope.decode(request.data, max_size=self._client.max_payload or DEFAULT_MAX_PAYLOAD)
         except WireError as exc:
             await self._dead_letters.send(request, domain, type(exc).__name__, str(exc))
-            await self._reply(request.reply, domain, Rejection(code=RejectionCode.INVALID_OP, reason=str(exc)))
+            await self._reply(request.reply, domain, Rejection.clipped(RejectionCode.INVALID_OP, str(exc)))
             return
         if envelope.type is not MessageType.PROPOSAL:
             reason = f"a {envelope.type} envelope is not a proposal"

@@ -141,6 +141,14 @@ class Rejection(BriefModel):
     """One or more sentences that say what was wrong, naming the items involved."""
 
     @classmethod
+    def clipped(cls, code: RejectionCode, reason: str) -> Self:
+        """A rejection whose reason comes from elsewhere (an exception's text, which may
+        quote what was sent at any length), cut to fit."""
+        if len(reason) > _REJECTION_REASON_MAX:
+            reason = reason[: _REJECTION_REASON_MAX - 3] + "..."
+        return cls(code=code, reason=reason)
+
+    @classmethod
     def from_validation_error(cls, exc: ValidationError) -> Self:
         """Turn pydantic's report on a bad proposal body into a rejection.
 
@@ -150,8 +158,7 @@ class Rejection(BriefModel):
         errors = exc.errors(include_url=False)
         too_long = any(e["type"] == "string_too_long" for e in errors)
         code = RejectionCode.FIELD_TOO_LONG if too_long else RejectionCode.INVALID_OP
-        reason = "; ".join(_describe(e) for e in errors)
-        return cls(code=code, reason=reason[:_REJECTION_REASON_MAX])
+        return cls.clipped(code, "; ".join(_describe(e) for e in errors))
 
 
 def _describe(error: ErrorDetails) -> str:

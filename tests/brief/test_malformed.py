@@ -1,0 +1,31 @@
+"""Proposals that fail to decode with a long explanation still get an answer."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import msgpack
+
+from bus import Verb, request, subject
+from schemas import Domain, Envelope, Rejection, RejectionCode, ReplyAdapter
+from tests._support import running_coordinator
+
+
+async def test_an_envelope_whose_error_runs_long_is_answered_with_a_clipped_reason(nats_url: str) -> None:
+    domain = Domain.parse(f"bad/s/{uuid.uuid4().hex[:8]}")
+    raw = {
+        "v": 1,
+        "type": "proposal",
+        "id": "x",
+        "domain": str(domain),
+        "sender": "raw",
+        "ts": time.time(),
+        "body": {"domain": str(domain), "author": "raw", "key": "k", "op": {"op": "add_note", "text": "hi"}},
+        **{f"x{i}": i for i in range(3000)},  # the error names every extra field
+    }
+    async with running_coordinator(nats_url, coordinator_id="c-long") as (client, _):
+        answer = await request(client, subject(domain, Verb.PROPOSE), msgpack.packb(raw), timeout=5)
+    rejection = ReplyAdapter.validate_python(Envelope.decode(answer).body)
+    assert isinstance(rejection, Rejection) and rejection.code is RejectionCode.INVALID_OP
+    assert rejection.reason.endswith("...") and "x2999" not in rejection.reason
