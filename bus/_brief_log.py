@@ -17,8 +17,8 @@ from typing import Final, NoReturn
 from nats.aio.client import Client
 from pydantic import ValidationError
 
-from bus._errors import BusUnavailable, LogTruncated
-from bus._kv import Bucket, BucketConfig
+from bus._errors import BusError, BusUnavailable, CasConflict, LogTruncated
+from bus._kv import Bucket, BucketConfig, KvEntry
 from bus._retry import Retry
 from bus._subjects import BRIEF_BUCKET, Verb, kv_key, subject
 from bus._txlog import LogEntry, TxLog, TxLogConfig
@@ -42,6 +42,11 @@ __all__ = ["BriefLog", "BriefState", "batch_msg_id", "commits_of"]
 log = logging.getLogger(__name__)
 
 SNAPSHOT_KEY: Final = "brief"
+_REVISION_LABEL: Final = "Ctxbus-Revision"
+_SEQ_LABEL: Final = "Ctxbus-Seq"
+"""Labels of a snapshot: its brief's revision, and the log sequence it reflects."""
+_SNAPSHOT_ATTEMPTS: Final = 3
+"""Compare-and-set rounds of one snapshot write before it gives up."""
 HEADER_ROOM: Final = 1024
 """Bytes of an entry's size limit left for its headers (message id, expected sequence):
 the server counts them in `max_payload`, and closes the connection of a client that
@@ -105,23 +110,56 @@ class BriefLog:
         await self.snapshots.ensure()
 
     async def load(self, domain: Domain) -> BriefState:
-        """The domain's brief now: the latest snapshot plus every commit after it."""
+        """The domain's brief now: the latest snapshot plus every commit after it.
+
+        A snapshot taken past the log's end (the log purged by hand, or its stream
+        recreated, under a snapshot that survived) is taken as the brief at the log's
+        end: every loader does the same, and the domain goes on from it, rather than
+        every append missing its expected sequence for good.
+        """
         state = await self.load_snapshot(domain)
+        if state.seq and (end := await self.end(domain)) < state.seq:
+            end = await self.end(domain, from_leader=True)  # a follower's answer may lag
+            if end < state.seq:
+                log.warning(
+                    "the snapshot of %s is at sequence %d, past its log's end (%d): the log lost "
+                    "entries; going on from the snapshot's brief (revision %d)",
+                    domain,
+                    state.seq,
+                    end,
+                    state.brief.revision,
+                )
+                state = BriefState(state.brief, end)
         return await self.catch_up(state)
 
     async def load_snapshot(self, domain: Domain) -> BriefState:
         """The latest snapshot, or an empty brief at sequence 0 if none is usable."""
         entry = await self.snapshots.get(kv_key(domain, SNAPSHOT_KEY))
+        state = None if entry is None or entry.value is None else self._decode_snapshot(domain, entry.value)
+        return state or BriefState(TaskBrief(domain=domain), 0)
+
+    async def _stored_position(self, domain: Domain) -> tuple[KvEntry | None, tuple[int, int] | None]:
+        """The snapshot key's last entry, and the (revision, sequence) of the snapshot it
+        holds if that is a usable one: from its labels, without decoding the brief."""
+        entry = await self.snapshots.get(kv_key(domain, SNAPSHOT_KEY))
         if entry is None or entry.value is None:
-            return BriefState(TaskBrief(domain=domain), 0)
+            return entry, None
         try:
-            snap = BriefSnapshot.decode(entry.value, max_size=self._max_payload)
+            return entry, (int(entry.labels[_REVISION_LABEL]), int(entry.labels[_SEQ_LABEL]))
+        except (KeyError, ValueError):  # written before labels: decode it
+            state = self._decode_snapshot(domain, entry.value)
+            return entry, None if state is None else (state.brief.revision, state.seq)
+
+    def _decode_snapshot(self, domain: Domain, value: bytes) -> BriefState | None:
+        """The state a stored snapshot holds; None (logged) if it is not a usable one."""
+        try:
+            snap = BriefSnapshot.decode(value, max_size=self._max_payload)
         except WireError as exc:
             log.warning("ignoring unreadable snapshot of %s (%s); replaying the whole log", domain, exc)
-            return BriefState(TaskBrief(domain=domain), 0)
+            return None
         if snap.brief.domain != domain:
             log.warning("ignoring snapshot of %s stored under %s", snap.brief.domain, domain)
-            return BriefState(TaskBrief(domain=domain), 0)
+            return None
         return BriefState(snap.brief, snap.seq)
 
     async def catch_up(self, state: BriefState) -> BriefState:
@@ -206,11 +244,32 @@ class BriefLog:
             expected_last_subject_seq=state.seq,
         )
 
-    async def snapshot(self, state: BriefState) -> None:
-        """Store `state` as the domain's latest snapshot (last writer wins; any is valid)."""
-        snap = BriefSnapshot(seq=state.seq, brief=state.brief)
-        data = snap.encode(max_size=self._max_payload)
-        await self.snapshots.put(kv_key(state.domain, SNAPSHOT_KEY), data)
+    async def snapshot(self, state: BriefState) -> bool:
+        """Store `state` as the domain's snapshot unless the one stored is newer; returns
+        whether it was stored.
+
+        Newer is a later revision, or the same one at a lower sequence (the purge's, of
+        an empty log). The write is a compare-and-set on what was read, so a write held
+        back (in a client's reconnect buffer) and sent after a newer one is refused by
+        the server instead of replacing it: a closed domain's purge snapshot must stay.
+
+        :raises CasConflict: if other writers kept moving the key meanwhile.
+        """
+        key = kv_key(state.domain, SNAPSHOT_KEY)
+        data = BriefSnapshot(seq=state.seq, brief=state.brief).encode(max_size=self._max_payload)
+        labels = {_REVISION_LABEL: str(state.brief.revision), _SEQ_LABEL: str(state.seq)}
+        conflicts = 0
+        while True:
+            entry, stored = await self._stored_position(state.domain)
+            if stored is not None and _supersedes(stored, (state.brief.revision, state.seq)):
+                return False
+            try:
+                await self.snapshots.put(key, data, expected_revision=entry.revision if entry else 0, labels=labels)
+                return True
+            except CasConflict:
+                conflicts += 1
+                if conflicts == _SNAPSHOT_ATTEMPTS:
+                    raise
 
     async def purge(self, state: BriefState) -> None:
         """Remove a closed domain's log for good, and replace its snapshot with what
@@ -220,7 +279,8 @@ class BriefLog:
         empty log (sequence 0), and goes first: whoever loads the domain between the two
         steps replays the commits still there onto a brief past them, and finds it closed.
         """
-        await self.snapshot(BriefState(state.brief.purged(), 0))
+        if not await self.snapshot(BriefState(state.brief.purged(), 0)):
+            raise BusError(f"a snapshot of {state.domain} newer than its close is stored; not purging its log")
         await self.txlog.purge(subject(state.domain, Verb.TX))
 
     @staticmethod
@@ -264,3 +324,12 @@ def _commit_envelope(entry: LogEntry) -> Envelope:
     if envelope.type is not MessageType.COMMIT:
         raise WireError(f"a {envelope.type} envelope is not a commit")
     return envelope
+
+
+def _supersedes(stored: tuple[int, int], new: tuple[int, int]) -> bool:
+    """Whether a stored snapshot, at (revision, sequence), is newer than `new`, which
+    must then not replace it."""
+    (stored_revision, stored_seq), (new_revision, new_seq) = stored, new
+    if stored_revision != new_revision:
+        return stored_revision > new_revision
+    return stored_seq < new_seq

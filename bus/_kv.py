@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Final
 
 import nats.errors
@@ -43,6 +44,8 @@ log = logging.getLogger(__name__)
 TTL_HEADER: Final = "Nats-TTL"
 KV_OPERATION: Final = "KV-Operation"
 _TOMBSTONES: Final = frozenset({"DEL", "PURGE"})
+LABEL_PREFIX: Final = "Ctxbus-"
+"""Headers of a value that are its labels (see `Bucket.put`)."""
 DELETE_MARKER_TTL: Final = 60
 """Seconds a delete marker stays; keeps one-off keys from piling up forever."""
 
@@ -66,6 +69,8 @@ class KvEntry:
     key: str
     revision: int
     value: bytes | None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """The labels the value was written with (see `Bucket.put`)."""
 
     @property
     def deleted(self) -> bool:
@@ -110,20 +115,35 @@ class Bucket:
             raise read_unavailable(f"cannot read {self.config.name}/{key}", exc) from exc
         except nats.js.errors.APIError as exc:
             raise BusError(f"cannot read {self.config.name}/{key}: {exc.description}") from exc
-        deleted = (msg.headers or {}).get(KV_OPERATION) in _TOMBSTONES
-        return KvEntry(key, int(msg.seq or 0), None if deleted else (msg.data or b""))
+        headers = msg.headers or {}
+        deleted = headers.get(KV_OPERATION) in _TOMBSTONES
+        labels = {name: text for name, text in headers.items() if name.startswith(LABEL_PREFIX)}
+        return KvEntry(key, int(msg.seq or 0), None if deleted else (msg.data or b""), labels)
 
     async def put(
-        self, key: str, value: bytes, *, expected_revision: int | None = None, ttl: float | None = None
+        self,
+        key: str,
+        value: bytes,
+        *,
+        expected_revision: int | None = None,
+        ttl: float | None = None,
+        labels: Mapping[str, str] | None = None,
     ) -> int:
         """Write `value`, returning the new revision.
 
         :param expected_revision: write only if the key's last revision is this (0: the
             key has no message at all).
         :param ttl: seconds until the value expires (whole seconds, at least 1).
+        :param labels: a few short strings stored beside the value (as message headers,
+            named `Ctxbus-...`), for readers that need to know about a value without
+            decoding it.
         :raises CasConflict: if `expected_revision` no longer holds.
         """
         headers = {}
+        for name, text in (labels or {}).items():
+            if not name.startswith(LABEL_PREFIX):
+                raise UsageError(f"label {name!r} must start with {LABEL_PREFIX!r}")
+            headers[name] = text
         if expected_revision is not None:
             headers[EXPECTED_LAST_SUBJECT_SEQ] = str(expected_revision)
         if ttl is not None:

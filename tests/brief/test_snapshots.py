@@ -1,0 +1,71 @@
+"""Snapshots only move forward, and a log that lost entries under one does not wedge its domain."""
+
+from __future__ import annotations
+
+import uuid
+
+from agents.brief import Proposer
+from bus import TX_STREAM, BriefLog, BriefState, NatsClient, Verb, kv_key, subject
+from schemas import AddNote, BriefSnapshot, Close, Commit, Committed, Domain, Proposal, TaskBrief, apply
+from tests._support import running_coordinator
+
+
+def _domain() -> Domain:
+    return Domain.parse(f"snap/s/{uuid.uuid4().hex[:8]}")
+
+
+def _commit(brief: TaskBrief, op: AddNote | Close) -> Commit:
+    proposal = Proposal(domain=brief.domain, author="a", op=op, key=uuid.uuid4().hex)
+    return Commit.of(proposal, revision=brief.revision + 1, ts=0.0, committed_by="test")
+
+
+async def test_a_snapshot_older_than_the_one_stored_is_not_written(nats_client: NatsClient) -> None:
+    log = BriefLog(nats_client)
+    await log.ensure()
+    brief = TaskBrief(domain=_domain())
+    states = []
+    for i in range(3):
+        commit = _commit(brief, AddNote(text=f"n{i}"))
+        brief = apply(brief, commit)
+        states.append(BriefState(brief, 10 + i))
+    assert await log.snapshot(states[1])
+    assert not await log.snapshot(states[0]), "a write held back and sent late must not go back in time"
+    assert (await log.load_snapshot(brief.domain)).brief.revision == 2
+    assert await log.snapshot(states[2])
+
+
+async def test_the_purge_snapshot_is_not_replaced_by_a_late_one_of_the_closed_brief(nats_client: NatsClient) -> None:
+    log = BriefLog(nats_client)
+    await log.ensure()
+    opened = TaskBrief(domain=_domain())
+    opened = apply(opened, _commit(opened, AddNote(text="work")))
+    closed = apply(opened, _commit(opened, Close(reason="shipped")))
+    await log.purge(BriefState(closed, 7))  # stores the purge snapshot: revision 2, sequence 0
+    assert not await log.snapshot(BriefState(closed, 7)), "same revision, but of a log that is gone"
+    assert not await log.snapshot(BriefState(opened, 6))
+    stored = await log.load_snapshot(closed.domain)
+    assert stored.brief.is_closed and stored.seq == 0
+
+
+async def test_a_snapshot_written_without_labels_is_still_compared(nats_client: NatsClient) -> None:
+    log = BriefLog(nats_client)
+    await log.ensure()
+    brief = TaskBrief(domain=_domain())
+    older = apply(brief, _commit(brief, AddNote(text="one")))
+    newer = apply(older, _commit(older, AddNote(text="two")))
+    unlabelled = BriefSnapshot(seq=5, brief=newer).encode()  # as stored by an earlier version
+    await log.snapshots.put(kv_key(brief.domain, "brief"), unlabelled)
+    assert not await log.snapshot(BriefState(older, 4))
+    assert (await log.load_snapshot(brief.domain)).brief.revision == 2
+
+
+async def test_a_domain_whose_log_was_purged_under_its_snapshot_goes_on_from_the_snapshot(nats_url: str) -> None:
+    domain = _domain()
+    async with running_coordinator(nats_url, coordinator_id="c-snap", snapshot_every=1) as (client, _):
+        agent = Proposer(client, domain, agent_id="a")
+        for i in range(3):
+            assert await agent.propose(AddNote(text=f"n{i}")) == Committed(revision=i + 1)
+        await client.jetstream().purge_stream(TX_STREAM, subject=subject(domain, Verb.TX))  # by hand
+        assert await agent.propose(AddNote(text="after")) == Committed(revision=4)
+        state = await BriefLog(client).load(domain)
+    assert [note.text for note in state.brief.notes] == ["n0", "n1", "n2", "after"]
