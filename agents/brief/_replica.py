@@ -48,8 +48,14 @@ class BriefReplica:
         self._changed = anyio.Event()
 
     def __repr__(self) -> str:
-        revision = "joining" if self._state is None else f"rev={self.revision}"
+        revision = f"rev={self.revision}" if self.joined else "joining"
         return f"<BriefReplica {self.domain} {revision}>"
+
+    @property
+    def joined(self) -> bool:
+        """Whether the replica holds a brief yet (resumed from a saved state, or joined
+        by `run`): until then `state` and everything read from it raise."""
+        return self._state is not None
 
     @property
     def state(self) -> BriefState:

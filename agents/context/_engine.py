@@ -381,9 +381,11 @@ class LocalContext:
         return self._store.meta().get(f"state:{key}")
 
     def set_state(self, key: str, value: str) -> None:
-        """Store a small string value durably, now."""
+        """Store a small string value durably, now, in one transaction with every change
+        since the last flush: a value that records something done (a message delivered)
+        is never on disk without what it records."""
         self._check_open()
-        self._store.write_meta({f"state:{key}": value})
+        self._write(meta={f"state:{key}": value})
 
     # -- persistence ----------------------------------------------------------------------
 

@@ -231,14 +231,23 @@ class AgentTools:
 
         async def body() -> str:
             agent = self._agent
-            agent.measure()
+            # What ctx_reduce defers is the nudges' protection (a token window plus the
+            # newest ctx_reduce calls), not the engine's count-based eviction window
+            # (`TailItem.protected`): report the one ctx_reduce will apply.
+            protected = agent.measure().protected
             tail = [item for item in agent.context.tail() if item.kind == "tool_result"][-TAIL_SHOWN:]
             status = {
                 "agent": agent.id,
                 "domain": str(agent.domain),
                 **agent.status(),
                 "tail": [
-                    {"tag": i.tag, "tool": i.tool_name, "tokens": i.tokens, "state": i.state, "protected": i.protected}
+                    {
+                        "tag": i.tag,
+                        "tool": i.tool_name,
+                        "tokens": i.tokens,
+                        "state": i.state,
+                        "protected": i.tag in protected,
+                    }
                     for i in tail
                 ],
             }

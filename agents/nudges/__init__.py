@@ -51,6 +51,7 @@ from agents.nudges._channel2 import (
 )
 from agents.nudges._channel2_lease import (
     DEFAULT_CLAIM_TTL,
+    DEFAULT_DELIVERED_TTL,
     SEND_WINDOW,
     Channel2Lease,
     Channel2LeaseConfig,
@@ -102,6 +103,7 @@ __all__ = [
     "CHANNEL2_MIN_RECLAIMABLE_TOKENS",
     "CHANNEL2_SEVERITY",
     "DEFAULT_CLAIM_TTL",
+    "DEFAULT_DELIVERED_TTL",
     "DIRECTIVE_PREFIX",
     "FIRM_SEVERITY",
     "GENTLE_SEVERITY",

@@ -25,7 +25,7 @@ from agents.nudges._bands import Band, channel1_band, refire_growth
 from agents.nudges._hygiene import TailMeasure
 from agents.nudges._protection import REDUCE_TOOL_NAME
 from agents.nudges._reminders import Reminder
-from agents.nudges._state import Channel1State, NudgeStateStore, PostReduceGrace
+from agents.nudges._state import Channel1State, NudgeState, NudgeStateStore, PostReduceGrace
 
 __all__ = [
     "REFIRE_MIN_USER_TURNS",
@@ -156,14 +156,25 @@ class Channel1:
 
     def __init__(self, store: NudgeStateStore) -> None:
         self._store = store
+        self._seen: Channel1State | None = None
+        """The state as last read or written here, for the repr (which must not read)."""
 
     def __repr__(self) -> str:
-        return f"Channel1({self.state!r})"
+        return f"Channel1({'not read yet' if self._seen is None else repr(self._seen)})"
 
     @property
     def state(self) -> Channel1State:
         """The persisted Channel 1 state."""
-        return self._store.load().channel1
+        return self._load().channel1
+
+    def _load(self) -> NudgeState:
+        stored = self._store.load()
+        self._seen = stored.channel1
+        return stored
+
+    def _save(self, stored: NudgeState, state: Channel1State) -> None:
+        self._store.save(stored.model_copy(update={"channel1": state}))
+        self._seen = state
 
     def after_tool_call(self, tool_name: str, measure: TailMeasure, *, user_turn: int) -> Channel1Outcome:
         """Decide for the tool call that just ended and persist the new state.
@@ -173,14 +184,14 @@ class Channel1:
         :param measure: the tail measured with this tool's output in it.
         :param user_turn: real user turns so far.
         """
-        stored = self._store.load()
+        stored = self._load()
         current = stored.channel1
         if tool_name == REDUCE_TOOL_NAME:
             skipped = Channel1Decision(Verdict.SKIPPED, channel1_band(measure.u, measure.t), current)
             return Channel1Outcome(skipped, None)
         decision = decide(current, measure.u, measure.t, user_turn=user_turn)
         if decision.state != current:
-            self._store.save(stored.model_copy(update={"channel1": decision.state}))
+            self._save(stored, decision.state)
         if not decision.fire:
             return Channel1Outcome(decision, None)
         reminder = Reminder(
@@ -198,6 +209,5 @@ class Channel1:
         :param measure: the tail measured after the drops were queued, so its U no
             longer includes them.
         """
-        stored = self._store.load()
-        graced = start_grace(stored.channel1, post_reduce_u=measure.u)
-        self._store.save(stored.model_copy(update={"channel1": graced}))
+        stored = self._load()
+        self._save(stored, start_grace(stored.channel1, post_reduce_u=measure.u))

@@ -22,8 +22,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal, Protocol
 
-import anyio.to_thread
-
 from agents.nudges._bands import MIN_RECLAIMABLE_TOKENS, channel2_armed
 from agents.nudges._hints import ReclaimHint
 from agents.nudges._hygiene import TailMeasure
@@ -136,7 +134,9 @@ def advance_cycle(state: Channel2State, *, u: int, t: int) -> Channel2State:
 class Channel2:
     """Channel 2 for one agent: tracks cycles and delivers each armed cycle's message once.
 
-    One instance per agent process; calls to `observe` must not overlap.
+    One instance per agent process; calls to `observe` must not overlap. The store is
+    read and written on the calling thread (the event loop): with no await between a
+    load and its save, Channel 1 writing its section meanwhile cannot be lost.
     """
 
     def __init__(self, store: NudgeStateStore, lease: Channel2Lease) -> None:
@@ -147,14 +147,18 @@ class Channel2:
         """
         self._store = store
         self._lease = lease
+        self._seen: Channel2State | None = None
+        """The state as last read or written here, for the repr (which must not read)."""
 
     def __repr__(self) -> str:
-        return f"Channel2({self.state!r}, {self._lease!r})"
+        seen = "not read yet" if self._seen is None else repr(self._seen)
+        return f"Channel2({seen}, {self._lease!r})"
 
     @property
     def state(self) -> Channel2State:
         """The persisted Channel 2 state."""
-        return self._store.load().channel2
+        self._seen = self._store.load().channel2
+        return self._seen
 
     async def observe(self, measure: TailMeasure) -> Delivery | None:
         """Advance the cycle for `measure` and deliver its message if it is due.
@@ -165,7 +169,7 @@ class Channel2:
 
         :raises BusError: if the bus fails before anything was sent.
         """
-        before = (await anyio.to_thread.run_sync(self._store.load)).channel2
+        before = self.state
         state = advance_cycle(before, u=measure.u, t=measure.t)
         delivery = None
         if measure.channel2 and not state.delivered:
@@ -174,10 +178,12 @@ class Channel2:
             if delivery.done:
                 state = state.model_copy(update={"delivered": True})
         if state != before:
-            await anyio.to_thread.run_sync(self._save, state)
+            self._save(state)
         return delivery
 
     def _save(self, state: Channel2State) -> None:
         # Reload first: Channel 1 may have saved its section while we were delivering.
+        # No await between the two, so nothing else on the loop can write in between.
         latest = self._store.load()
         self._store.save(latest.model_copy(update={"channel2": state}))
+        self._seen = state

@@ -4,9 +4,11 @@ Every process of an agent that reaches the Channel 2 band races for one bus leas
 agent and cycle, whose value walks ``'' -> pending -> claimed(token) -> delivered`` by
 compare-and-set, so one process at a time holds a cycle's claim. Pending and claimed
 carry the claim TTL: a process that dies holding a claim blocks the cycle only until
-the TTL runs out, then the key vanishes and anyone arms it again. Delivered carries no
-TTL, because a delivered cycle must never be armed again; its keys go when the
-domain's keys are purged.
+the TTL runs out, then the key vanishes and anyone arms it again. Delivered carries a
+TTL of its own, a week by default: far longer than a task, so a delivered cycle is not
+armed again while it matters, and nothing else ever removes lease keys, so without it
+the bucket would keep one key per agent and cycle for good. A cycle armed again after
+that is still not sent twice: the host is asked for the directive first (below).
 
 A TTL cannot tell whether a dead sender died before or after its message left. So the
 message carries a directive id derived from domain, agent and cycle, and the host is
@@ -45,6 +47,7 @@ from schemas import Domain, LeaseRecord, UsageError, validate_token
 
 __all__ = [
     "DEFAULT_CLAIM_TTL",
+    "DEFAULT_DELIVERED_TTL",
     "SEND_WINDOW",
     "Channel2Lease",
     "Channel2LeaseConfig",
@@ -58,6 +61,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CLAIM_TTL: Final = 600.0
 """Seconds a claim (or a pending value) lives: what a crashed sender costs a cycle."""
+DEFAULT_DELIVERED_TTL: Final = 7 * 24 * 3600.0
+"""Seconds a delivered value lives: bounds the bucket, outlives any task."""
 SEND_WINDOW: Final = 0.5
 """Share of the claim TTL after which a claimer gives its claim back instead of sending."""
 DEFAULT_MAX_STEPS: Final = 8
@@ -130,11 +135,15 @@ class Channel2LeaseConfig:
 
     claim_ttl: float = DEFAULT_CLAIM_TTL
     """Seconds before a dead sender's claim frees the cycle; whole seconds, at least 1."""
+    delivered_ttl: float = DEFAULT_DELIVERED_TTL
+    """Seconds before a delivered cycle's key goes; whole seconds, at least 1."""
     max_steps: int = DEFAULT_MAX_STEPS
 
     def __post_init__(self) -> None:
-        if not self.claim_ttl >= 1:
-            raise UsageError(f"claim_ttl must be at least 1 second, got {self.claim_ttl!r}")
+        for name in ("claim_ttl", "delivered_ttl"):
+            ttl = getattr(self, name)
+            if not ttl >= 1:
+                raise UsageError(f"{name} must be at least 1 second, got {ttl!r}")
         if self.max_steps < 1:
             raise UsageError(f"max_steps must be at least 1, got {self.max_steps!r}")
 
@@ -246,7 +255,7 @@ class Channel2Lease:
         try:
             for _ in range(self.config.max_steps):
                 try:
-                    await self._leases.transition(claim.key, revision, record, ttl=None)
+                    await self._leases.transition(claim.key, revision, record, self.config.delivered_ttl)
                     return self._result(cycle, outcome, confirmed=True)
                 except CasConflict:
                     # Our claim ran out first. Nobody will send again (the host has the

@@ -80,7 +80,11 @@ class Agent:
     """One agent process's ctxbus side. Run it with `await tg.start(agent.run)`.
 
     Methods that touch the context are synchronous and quick (SQLite in WAL mode);
-    the ones that touch the bus are async.
+    the ones that touch the bus are async. The context and the nudge state are only
+    ever used on the event loop's thread, never from a worker thread: `LocalContext`
+    is not thread-safe, and with one thread each synchronous step runs whole, so
+    tasks that interleave (e.g. concurrent MCP tool calls) cannot lose each other's
+    writes.
 
     :raises StoreError: from the constructor, if the store's directory cannot be
         created or the store cannot be opened.
@@ -164,9 +168,7 @@ class Agent:
         measure = self.measure()
         if tool_name == REDUCE_TOOL_NAME:
             return ToolOutcome(output, measure, None)
-        outcome = await anyio.to_thread.run_sync(
-            lambda: self.channel1.after_tool_call(tool_name, measure, user_turn=self.user_turns)
-        )
+        outcome = self.channel1.after_tool_call(tool_name, measure, user_turn=self.user_turns)
         try:
             delivery = await self.channel2.observe(measure)
         except BusError as exc:
@@ -237,7 +239,7 @@ class Agent:
     def presence(self) -> Presence:
         """The heartbeat `ctxbus top` shows."""
         measure = self._measure
-        revision = self.replica.revision if self._replica_ready() else 0
+        revision = self.replica.revision if self.replica.joined else 0
         return Presence(
             agent=self.id,
             band=self._band,
@@ -245,7 +247,7 @@ class Agent:
             tail_tokens=measure.t if measure else 0,
             prompt_tokens=self._last_prompt_tokens,
             brief_revision=revision,
-            lag=self.replica.state.behind if self._replica_ready() else 0,
+            lag=self.replica.state.behind if self.replica.joined else 0,
         )
 
     def status(self) -> dict[str, object]:
@@ -254,26 +256,19 @@ class Agent:
         return {
             **presence.model_dump(exclude={"at"}),
             "queued_drops": sorted(self._queued),
-            "brief_hash": self.replica.hash if self._replica_ready() else None,
+            "brief_hash": self.replica.hash if self.replica.joined else None,
         }
 
     # -- internals -----------------------------------------------------------------------
 
     def _brief_text(self) -> str | None:
-        if not self._replica_ready():
+        if not self.replica.joined:
             return None
         self._save_brief()
         return self.replica.render()
 
-    def _replica_ready(self) -> bool:
-        try:
-            self.replica.state  # noqa: B018 - raises until the replica joined
-        except RuntimeError:
-            return False
-        return True
-
     def _save_brief(self) -> None:
-        if self._replica_ready():
+        if self.replica.joined:
             save_brief(self.context, self.replica.state)
 
 

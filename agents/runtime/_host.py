@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import anyio
-
 from agents.context import LocalContext
 from agents.nudges import SyntheticMessage
 
@@ -25,12 +23,9 @@ class ContextHost:
         self._context = context
 
     async def deliver(self, message: SyntheticMessage) -> None:
-        def record() -> None:
-            self._context.add("user", message.text, kind="synthetic")
-            self._context.set_state(_STATE_PREFIX + message.directive_id, str(message.cycle))
-            self._context.flush()
-
-        await anyio.to_thread.run_sync(record)
+        # On the loop's thread, like every other use of the context (see `Agent`).
+        self._context.add("user", message.text, kind="synthetic")
+        self._context.set_state(_STATE_PREFIX + message.directive_id, str(message.cycle))  # with the message
 
     async def already_delivered(self, directive_id: str) -> bool:
         return self._context.get_state(_STATE_PREFIX + directive_id) is not None

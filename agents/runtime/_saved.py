@@ -61,14 +61,38 @@ def save_config(context: LocalContext, config: ContextConfig) -> None:
     context.set_state(CONFIG_KEY, json.dumps(dataclasses.asdict(config)))
 
 
-def load_config(context: LocalContext) -> ContextConfig | None:
-    """The settings the agent runs with, if it recorded them."""
+def load_config(context: LocalContext, *, source: str | Path | None = None) -> ContextConfig | None:
+    """The settings the agent runs with, if it recorded them.
+
+    The record is a plain dump of `ContextConfig`, so a store written by another build
+    may hold fields this one lacks: they are ignored with a warning (a renamed or
+    removed setting), and fields it lacks take their defaults. Anything else would
+    make a reader compose differently from the agent, so it is an error.
+
+    :param source: the store to name in messages, when `context` reads a copy of it.
+    :raises StoreError: naming the store, if the record is not a usable `ContextConfig`.
+    """
     raw = context.get_state(CONFIG_KEY)
     if raw is None:
         return None
-    fields = json.loads(raw)
-    fields["split"] = tuple(fields["split"])
-    return ContextConfig(**fields)
+    where = f"the context settings saved in {source or context.path}"
+    try:
+        fields = json.loads(raw)
+    except ValueError as exc:
+        raise StoreError(f"{where} are not JSON: {exc}") from exc
+    if not isinstance(fields, dict):
+        raise StoreError(f"{where} are not an object: {raw[:80]!r}")
+    known = {f.name for f in dataclasses.fields(ContextConfig)}
+    unknown = sorted(fields.keys() - known)
+    if unknown:
+        log.warning("ignoring %s that this build does not have: %s", where, ", ".join(unknown))
+    settings = {name: value for name, value in fields.items() if name in known}
+    if isinstance(settings.get("split"), list):
+        settings["split"] = tuple(settings["split"])
+    try:
+        return ContextConfig(**settings)
+    except (TypeError, ValueError) as exc:  # InvalidConfig is a ValueError
+        raise StoreError(f"{where} are not usable: {exc}") from exc
 
 
 def load_queued_drops(context: LocalContext) -> set[int]:
@@ -94,7 +118,7 @@ def inspect_store(path: Path, domain: Domain) -> tuple[LayerView, ...]:
     file is never written to and a busy agent is never blocked. Drops that ctx_reduce
     queued are applied first, as `Agent.compose` does.
 
-    :raises StoreError: if there is no store at `path`.
+    :raises StoreError: if there is no store at `path`, or its saved settings are unusable.
     """
     if not path.is_file():
         raise StoreError(f"no agent store at {path}")
@@ -103,7 +127,7 @@ def inspect_store(path: Path, domain: Domain) -> tuple[LayerView, ...]:
         with closing(sqlite3.connect(path)) as source, closing(sqlite3.connect(copy)) as target:
             source.backup(target)
         with LocalContext(copy, domain) as probe:
-            config = load_config(probe)
+            config = load_config(probe, source=path)
         with LocalContext(copy, domain, config=config) as context:
             apply_queued_drops(context, load_queued_drops(context))
             saved = load_brief(context)

@@ -155,3 +155,12 @@ def test_a_mode_switch_that_fails_to_store_its_snapshot_changes_nothing(make_ctx
     again = make_ctx("m.db")
     assert again.mode.name == "chat" and again.snapshots() == [snapshot]
     assert [m.content for m in again.messages()] == ["Write the parser.", "Parser written."]
+
+
+def test_a_state_value_is_written_with_the_changes_it_may_record(make_ctx: MakeContext) -> None:
+    ctx = make_ctx("s.db")
+    ctx.add("user", "Prune the tail now.", kind="synthetic")
+    ctx.set_state("delivered", "c2-1")  # a crash right after this must not lose the message
+    reader = make_ctx("s.db")
+    assert reader.get_state("delivered") == "c2-1"
+    assert [m.content for m in reader.messages()] == ["Prune the tail now."]

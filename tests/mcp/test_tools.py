@@ -3,6 +3,7 @@ reused-key proposals, line ranges and annotations, each answered as a tagged res
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -31,7 +32,7 @@ async def client(nats_url: str) -> AsyncIterator[NatsClient]:
 
 @asynccontextmanager
 async def connected(
-    client: NatsClient, store: Path, *, joined: bool = True, propose_deadline: float = 20.0
+    client: NatsClient, store: Path, *, joined: bool = True, propose_deadline: float = 20.0, window: int = WINDOW
 ) -> AsyncIterator[Client]:
     """An agent on a fresh domain, served in process, and an MCP client on it.
 
@@ -40,7 +41,7 @@ async def connected(
     """
     host = McpHost()
     domain = Domain.parse(f"alice/tools/{uuid.uuid4().hex[:8]}")
-    config = AgentConfig(agent_id="claude", domain=domain, store=store, context=host_context(WINDOW))
+    config = AgentConfig(agent_id="claude", domain=domain, store=store, context=host_context(window))
     agent = Agent(client, config, host=host)
     host.attach(agent.context)
     try:
@@ -152,3 +153,24 @@ async def test_brief_propose_is_marked_destructive(nats_client: NatsClient, tmp_
         tools = {tool.name: tool for tool in (await mcp.list_tools()).tools}
     hints = tools["brief_propose"].annotations
     assert hints is not None and hints.destructive_hint is True and hints.read_only_hint is not True
+
+
+async def test_ctx_status_calls_protected_exactly_what_ctx_reduce_defers(client: NatsClient, tmp_path: Path) -> None:
+    """ctx_reduce defers by the nudges' token window, not by the engine's newest-N rule:
+    a tag shown unprotected must be released, and one shown protected deferred."""
+    bulky = {"op": "frobnicate", "text": " ".join(f"module_{j} caches {j * 7} rows" for j in range(150))}
+    async with connected(client, tmp_path / "a.db", window=32_768) as mcp:
+        for _ in range(3):  # old calls heavy enough to fill the token window (2,376 tokens here)
+            assert (await mcp.call_tool("brief_propose", {"op": bulky})).is_error
+        for _ in range(20):  # then small results, far more than the engine's newest 6 messages
+            await mcp.call_tool("brief_get", {})
+        status = json.loads(text(await mcp.call_tool("ctx_status", {})).split(" ", 1)[1])
+        shown = {item["tag"]: item["protected"] for item in status["tail"]}
+        free = sorted(tag for tag, protected in shown.items() if not protected)
+        held = max(tag for tag, protected in shown.items() if protected)
+        assert free, shown
+        reduced = await mcp.call_tool("ctx_reduce", {"drop": ",".join(map(str, [*free, held]))})
+    queued = " ".join(f"§{tag}§" for tag in free)
+    assert text(reduced).split(" ", 1)[1] == (
+        f"queued {queued} (will be dropped); deferred §{held}§ (still in use; retry later)"
+    ), shown

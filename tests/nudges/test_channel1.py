@@ -217,3 +217,25 @@ def test_a_corrupt_stored_state_is_reported(tmp_path: Path) -> None:
         conn.execute("UPDATE nudge_state SET body = ?", ('{"version": 1, "channel1": {"level": "channel2"}}',))
     with pytest.raises(NudgeStateCorrupt, match="scope 'agent'"):
         store.load()
+
+
+class CountingStore(MemoryNudgeStateStore):
+    """Counts reads, so a test can tell whether something went to the store."""
+
+    loads = 0
+
+    def load(self) -> NudgeState:
+        self.loads += 1
+        return super().load()
+
+
+def test_the_repr_shows_the_state_last_seen_without_reading_the_store() -> None:
+    store = CountingStore()
+    channel = Channel1(store)
+    assert repr(channel) == "Channel1(not read yet)"
+    channel.after_tool_call("bash", measure_of(45_000, T), user_turn=3)
+    reads = store.loads
+    assert repr(channel) == (
+        "Channel1(Channel1State(level=<Band.GENTLE: 'gentle'>, last_u=45000, last_fire_turn=3, grace=None))"
+    )
+    assert store.loads == reads

@@ -165,7 +165,13 @@ async def test_one_message_per_cycle_and_a_new_one_after_the_agent_pruned(leases
     assert [m.cycle for m in host.sent] == [0, 1]
     assert host.sent[0].directive_id != host.sent[1].directive_id
     assert our_facts(host.sent[0].text).hints == ((123, "read"),)
-    assert "Channel2(" in repr(channel2)
+
+    def no_reading() -> NudgeState:
+        raise AssertionError("a repr must not read the store")
+
+    store.load = no_reading  # type: ignore[method-assign]
+    last_seen = Channel2State(cycle=1, armed_t=IN_BAND[1], delivered=True)
+    assert repr(channel2).startswith(f"Channel2({last_seen!r}, <Channel2Lease "), repr(channel2)
 
 
 async def test_a_failed_send_is_retried_at_the_next_walk(leases: Leases) -> None:

@@ -15,6 +15,7 @@ import pytest
 from nats.aio.client import Client
 
 from agents.nudges import (
+    DEFAULT_DELIVERED_TTL,
     Channel2Lease,
     Channel2LeaseConfig,
     DeliveryOutcome,
@@ -117,6 +118,29 @@ async def test_delivered_does_not_expire_with_the_claim_ttl(leases: Leases, doma
     await anyio.sleep(SHORT_TTL * 2.5)
     assert (await lease.inspect(1)).state is DirectiveState.ABSENT, "the server did not expire the control claim"
     assert (await lease.inspect(0)).state is DirectiveState.DELIVERED
+
+
+async def test_a_delivered_value_expires_after_its_own_ttl(leases: Leases, domain: Domain, nats_client: Client) -> None:
+    """Nothing else removes lease keys: without a TTL, every cycle would leave one for good."""
+    host = Host()
+    config = Channel2LeaseConfig(claim_ttl=60, delivered_ttl=SHORT_TTL)
+    lease = Channel2Lease(leases, host, domain=domain, agent_id="a1", config=config)
+    assert (await lease.deliver(0, text="x")).outcome is DeliveryOutcome.SENT
+    bucket = Bucket(nats_client, BucketConfig(name=LEASE_BUCKET))
+    with anyio.fail_after(EXPIRY_WAIT):
+        while await bucket.get(lease.key(0)) is not None:  # no value, no marker: the key is gone
+            await anyio.sleep(0.05)
+    # Armed again after that, the cycle is still not sent twice: the host holds the directive.
+    again = await lease.deliver(0, text="x")
+    assert (again.outcome, again.confirmed) == (DeliveryOutcome.RECOVERED, True)
+    assert len(host.sent) == 1
+
+
+async def test_a_delivered_value_lives_a_week_by_default(leases: Leases, domain: Domain, nats_client: Client) -> None:
+    lease = lease_for(leases, Host(), domain)
+    await lease.deliver(0, text="x")
+    stored = await nats_client.jetstream().get_msg(f"KV_{LEASE_BUCKET}", subject=f"$KV.{LEASE_BUCKET}.{lease.key(0)}")
+    assert (stored.headers or {}).get("Nats-TTL") == f"{int(DEFAULT_DELIVERED_TTL)}s" == "604800s"
 
 
 async def test_a_failed_send_goes_back_to_pending(leases: Leases, domain: Domain) -> None:
@@ -263,6 +287,8 @@ async def test_an_unknown_value_is_re_armed_by_arm(leases: Leases, domain: Domai
 async def test_bad_arguments_are_caller_errors(leases: Leases, domain: Domain) -> None:
     with pytest.raises(UsageError, match="claim_ttl must be at least 1 second, got 0.5"):
         Channel2LeaseConfig(claim_ttl=0.5)
+    with pytest.raises(UsageError, match="delivered_ttl must be at least 1 second, got 0"):
+        Channel2LeaseConfig(delivered_ttl=0)
     with pytest.raises(InvalidDomain, match="agent id"):
         Channel2Lease(leases, Host(), domain=domain, agent_id="a.b")
     lease = lease_for(leases, Host(), domain)

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import inspect
 import re
+import threading
 import uuid
-from collections.abc import AsyncIterator
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 from anyio.abc import TaskGroup
 
-from agents.context import ContextConfig, StoreError
-from agents.nudges import Channel2LeaseConfig
+from agents.context import ContextConfig, LocalContext, StoreError
+from agents.nudges import Channel2LeaseConfig, SqliteNudgeStateStore
 from agents.runtime import Agent, AgentConfig
 from bus import NatsClient
 from schemas import AddConstraint, Committed, Domain, Reject
@@ -139,3 +143,58 @@ async def test_a_store_directory_that_cannot_be_created_is_a_store_error(nats_cl
     with pytest.raises(StoreError, match=f"^cannot create the directory of agent store {re.escape(store)}: ") as caught:
         Agent(nats_client, config)
     assert isinstance(caught.value.__cause__, OSError)
+
+
+async def test_the_replica_is_joined_once_run_loaded_the_brief(
+    bus: tuple[NatsClient, TaskGroup], tmp_path: Path
+) -> None:
+    client, tg = bus
+    agent = _agent(client, Domain.parse(f"rt/s4/{uuid.uuid4().hex[:8]}"), tmp_path)
+    assert not agent.replica.joined
+    assert agent.status()["brief_hash"] is None and agent.presence().brief_revision == 0
+    await tg.start(agent.run)
+    assert agent.replica.joined
+    assert agent.status()["brief_hash"] == agent.replica.hash
+    agent.close()
+
+
+@pytest.fixture
+def threads_used(monkeypatch: pytest.MonkeyPatch) -> dict[str, set[int]]:
+    """The threads each method of `LocalContext` and of the nudge store ran on, by name."""
+    used: dict[str, set[int]] = defaultdict(set)
+
+    def spy(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            used[name].add(threading.get_ident())
+            return method(*args, **kwargs)
+
+        return recorded
+
+    for cls in (LocalContext, SqliteNudgeStateStore):
+        for name, method in vars(cls).items():
+            if inspect.isfunction(method) and not name.startswith("__"):
+                monkeypatch.setattr(cls, name, spy(f"{cls.__name__}.{name}", method))
+    return used
+
+
+async def test_context_and_nudge_state_stay_on_the_event_loop_thread(
+    bus: tuple[NatsClient, TaskGroup], tmp_path: Path, threads_used: dict[str, set[int]]
+) -> None:
+    """LocalContext is not thread-safe, and a worker thread's read-modify-write of the
+    nudge state can interleave with one on the loop; so neither ever leaves the loop."""
+    client, tg = bus
+    agent = _agent(client, Domain.parse(f"rt/s5/{uuid.uuid4().hex[:8]}"), tmp_path)
+    await tg.start(agent.run)
+    agent.user("Fix the failing handler tests.")
+    delivered = False
+    for i in range(40):
+        agent.assistant("grep", tool_name="grep", call_id=f"c{i}")
+        outcome = await agent.tool_result("grep", _output(i), call_id=f"c{i}")
+        delivered |= outcome.delivery is not None and outcome.delivery.done
+    agent.ctx_reduce("3")
+    agent.compose("go on")
+    agent.close()
+    assert delivered, "the run must reach Channel 2, whose host writes to the context"
+    assert {"LocalContext.add", "SqliteNudgeStateStore.save"} <= threads_used.keys()
+    loop = threading.get_ident()
+    assert sorted(name for name, threads in threads_used.items() if threads != {loop}) == []

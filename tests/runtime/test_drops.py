@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import logging
+import re
 import uuid
 from pathlib import Path
 
 import pytest
 
-from agents.context import ContextConfig
+from agents.context import ContextConfig, LocalContext, StoreError
 from agents.nudges import UnknownDropTags
 from agents.runtime import Agent, AgentConfig, inspect_store
+from agents.runtime._saved import CONFIG_KEY
 from bus import NatsClient
 from schemas import Domain
 
@@ -78,3 +82,37 @@ async def test_a_dropped_result_leaves_its_call_counted(nats_client: NatsClient,
     assert shown[2].state == "dropped" and shown[1].state == "active"
     assert agent.measure().t == sum(item.tokens for item in shown.values() if item.state != "dropped")
     agent.close()
+
+
+def _edit_saved_config(store: Path, domain: Domain, **changes: object) -> None:
+    """Rewrite the settings record the way another build of ctxbus might have written it."""
+    with LocalContext(store, domain) as context:
+        saved = json.loads(context.get_state(CONFIG_KEY) or "{}")
+        saved.update(changes)
+        saved.pop("compact_lines")  # a field that build did not have yet
+        context.set_state(CONFIG_KEY, json.dumps(saved))
+
+
+async def test_inspect_store_reads_settings_saved_by_another_build(
+    nats_client: NatsClient, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = tmp_path / "a.db"
+    domain = Domain.parse(f"rt/d4/{uuid.uuid4().hex[:8]}")
+    _agent(nats_client, store, domain, ROOMY).close()
+    budgets = [layer.budget for layer in inspect_store(store, domain)]
+    _edit_saved_config(store, domain, legacy_knob=3)
+
+    with caplog.at_level(logging.WARNING, logger="agents.runtime"):
+        assert [layer.budget for layer in inspect_store(store, domain)] == budgets  # still ROOMY's window
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == [
+        f"ignoring the context settings saved in {store} that this build does not have: legacy_knob"
+    ]
+
+
+async def test_unusable_saved_settings_are_a_store_error(nats_client: NatsClient, tmp_path: Path) -> None:
+    store = tmp_path / "a.db"
+    domain = Domain.parse(f"rt/d5/{uuid.uuid4().hex[:8]}")
+    _agent(nats_client, store, domain, ROOMY).close()
+    _edit_saved_config(store, domain, window="large")
+    with pytest.raises(StoreError, match=rf"^the context settings saved in {re.escape(str(store))} are not usable: "):
+        inspect_store(store, domain)
