@@ -23,6 +23,7 @@ __all__ = [
     "AUTHOR_MAX",
     "ID_MAX",
     "KEYS_PER_AUTHOR",
+    "KEYS_REMEMBERED",
     "KEY_MAX",
     "OPTION_MAX",
     "REASON_MAX",
@@ -64,6 +65,12 @@ KEY_MAX: Final = 128
 """Longest idempotency key."""
 KEYS_PER_AUTHOR: Final = 64
 """Idempotency keys remembered per author; see `TaskBrief.applied_keys`."""
+KEYS_REMEMBERED: Final = 2048
+"""Idempotency keys remembered in all, the newest kept: bounds the brief (and its
+snapshot) however many authors come and go; see `TaskBrief.applied_keys`."""
+KEYS_TRIM_SLACK: Final = 256
+"""Keys remembered beyond `KEYS_REMEMBERED` before the oldest are dropped, all at once:
+the trim sorts every key, so it runs once per this many commits, not on each."""
 
 Text: TypeAlias = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=TEXT_MAX)]
 Option: TypeAlias = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=OPTION_MAX)]
@@ -236,10 +243,12 @@ class TaskBrief(BriefModel):
     """Anything else worth sharing, oldest first."""
     applied_keys: dict[AuthorId, tuple[tuple[IdempotencyKey, Revision, int], ...]] = Field(default_factory=dict)
     """Per author, the last `KEYS_PER_AUTHOR` idempotency keys committed, each with its
-    revision and the fingerprint of its op (`op_fingerprint`), oldest first. Part of the
-    replicated state so that any coordinator can answer a retried proposal with its
-    original revision, and refuse a key reused for another op; an author with more than
-    `KEYS_PER_AUTHOR` proposals in flight may see an old retry committed again."""
+    revision and the fingerprint of its op (`op_fingerprint`), oldest first; of those,
+    only the newest `KEYS_REMEMBERED` or so in all (authors come and go: coordinators
+    restarted under new ids fold under new names). Part of the replicated state so that
+    any coordinator can answer a retried proposal with its original revision, and refuse
+    a key reused for another op; a retry of a commit older than that may be committed
+    again."""
 
     @property
     def is_closed(self) -> bool:

@@ -13,6 +13,8 @@ from typing import Final, TypeVar, assert_never
 
 from schemas._brief import (
     KEYS_PER_AUTHOR,
+    KEYS_REMEMBERED,
+    KEYS_TRIM_SLACK,
     Closure,
     Decision,
     DoneItem,
@@ -354,7 +356,15 @@ def _remember(
     keys: Mapping[str, tuple[tuple[str, int, int], ...]], author: str, applied: tuple[str, int, int]
 ) -> dict[str, tuple[tuple[str, int, int], ...]]:
     mine = (*keys.get(author, ()), applied)[-KEYS_PER_AUTHOR:]
-    return {**keys, author: mine}
+    remembered = {**keys, author: mine}
+    if sum(map(len, remembered.values())) <= KEYS_REMEMBERED + KEYS_TRIM_SLACK:
+        return remembered
+    # Keep the newest KEYS_REMEMBERED keys: revisions are unique, so the cut is exact,
+    # and every replica makes the same one.
+    revisions = sorted(revision for entries in remembered.values() for _, revision, _ in entries)
+    oldest_kept = revisions[-KEYS_REMEMBERED]
+    trimmed = {name: tuple(e for e in entries if e[1] >= oldest_kept) for name, entries in remembered.items()}
+    return {name: entries for name, entries in trimmed.items() if entries}
 
 
 def _rejection_of(brief: TaskBrief, option: str) -> RejectedOption | None:

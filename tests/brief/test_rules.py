@@ -10,7 +10,7 @@ import msgpack
 import pytest
 
 from schemas import Domain
-from schemas._brief import KEYS_PER_AUTHOR, TEXT_MAX, Closure, DoneSummary, Item, TaskBrief, brief_hash
+from schemas._brief import KEYS_PER_AUTHOR, KEYS_REMEMBERED, TEXT_MAX, Closure, DoneSummary, Item, TaskBrief, brief_hash
 from schemas._brief_messages import (
     Committed,
     Proposal,
@@ -480,6 +480,20 @@ def test_each_author_remembers_a_bounded_number_of_keys() -> None:
     brief = accept(brief, AddNote(text="one more"))
     assert applied_revision(brief, "agent-a", "k-first") is None
     assert len(brief.applied_keys["agent-a"]) == KEYS_PER_AUTHOR
+
+
+def test_the_brief_remembers_a_bounded_number_of_keys_in_all_the_newest() -> None:
+    """Authors come and go (a coordinator restarted under a new id folds under a new
+    name): the keys of all of them together must not outgrow a snapshot."""
+    brief = base = seeded()
+    total = KEYS_REMEMBERED + 300
+    for i in range(total):  # one key each from as many authors: note i is at base.revision + 1 + i
+        brief = accept(brief, AddNote(text=f"note {i}"), key=f"k{i}", author=f"agent-{i}")
+    remembered = sum(map(len, brief.applied_keys.values()))
+    assert KEYS_REMEMBERED <= remembered < total
+    kept = [i for i in range(total) if applied_revision(brief, f"agent-{i}", f"k{i}") == base.revision + 1 + i]
+    assert kept == list(range(total - len(kept), total)), "the newest are kept, without a gap"
+    assert applied_revision(brief, "agent-0", "k0") is None
 
 
 def test_copies_built_on_one_brief_judge_duplicates_by_their_own_items() -> None:
