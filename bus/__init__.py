@@ -8,11 +8,12 @@ from nats.aio.client import Client as NatsClient
 
 from bus._brief_log import BriefLog, BriefState, batch_msg_id, commits_of
 from bus._cluster import LoopbackCluster
-from bus._connection import DEFAULT_CONNECT_DEADLINE, BusConfig, TlsConfig, connect
+from bus._connection import DEFAULT_CONNECT_DEADLINE, BusConfig, TlsConfig, close_quietly, connect
 from bus._errors import BusError, BusUnavailable, CasConflict, LeaseHeld, LogTruncated, ServerError, StreamMissing
 from bus._event_loop import NO_UVLOOP_ENV, anyio_backend, event_loop_name, run_async, uses_uvloop
 from bus._kv import Bucket, BucketConfig, KvEntry
 from bus._leases import Lease, LeaseConfig, Leases
+from bus._pid_lock import PidLock
 from bus._retry import Retry
 from bus._rpc import Handler, Listener, Request, gather, listen, publish, request, serve
 from bus._server import DEFAULT_SYNC_INTERVAL, EmbeddedServer, find_nats_server, free_port
@@ -59,6 +60,7 @@ __all__ = [
     "NO_UVLOOP_ENV",
     "LoopbackCluster",
     "NatsClient",
+    "PidLock",
     "PRESENCE_BUCKET",
     "PROPOSE_QUEUE",
     "SUBJECT_ROOT",
@@ -76,6 +78,7 @@ __all__ = [
     "anyio_backend",
     "batch_msg_id",
     "commits_of",
+    "close_quietly",
     "connect",
     "event_loop_name",
     "find_nats_server",

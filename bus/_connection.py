@@ -78,7 +78,10 @@ class BusConfig(BaseModel):
     nkey_seed_file: Path | None = None
     """An nkey seed file for nkey auth."""
     tls: TlsConfig | None = None
-    """TLS settings; implied by a `tls://` URL."""
+    """TLS settings (CA, client certificate). nats-py upgrades to TLS when the server
+    says it requires TLS, whatever the URL's scheme: a `tls://` URL alone does not refuse
+    a plain-text server. To refuse one, set `handshake_first` (the server must be
+    configured with `handshake_first` too)."""
     connect_timeout: float = 2.0
     """Per-attempt TCP connect timeout, seconds."""
     reconnect_time_wait: float = 0.25
@@ -169,7 +172,7 @@ async def connect(config: BusConfig, *, deadline: float | None = DEFAULT_CONNECT
             await client.connect(**options)
     except (TimeoutError, OSError, nats.errors.Error) as exc:
         with anyio.CancelScope(shield=True):
-            await _close_quietly(client)
+            await close_quietly(client)
         where = ", ".join(config.servers)
         reason = events.last_error or exc
         raise BusUnavailable(
@@ -177,50 +180,54 @@ async def connect(config: BusConfig, *, deadline: float | None = DEFAULT_CONNECT
             "is the server running? `ctxbus up` starts a local one"
         ) from exc
     events.connected = True
-    log.info("connected to NATS", extra={"url": client.connected_url.geturl() if client.connected_url else None})
+    url = client.connected_url.geturl() if client.connected_url else None
+    log.info("connected to %s", url or "NATS", extra={"url": url})
     return client
 
 
-async def _close_quietly(client: Client) -> None:
-    """Close a client whose connect failed; nats-py asserts if it never got going."""
+async def close_quietly(client: Client) -> None:
+    """Close a client whatever state it is in: nats-py asserts if it never got going,
+    and raises if its transport is already gone (the server went away)."""
     try:
         await client.close()
-    except (AssertionError, nats.errors.Error, OSError):
-        pass
+    except (AssertionError, RuntimeError, nats.errors.Error, OSError) as exc:
+        log.debug("closing the NATS client: %r", exc)
 
 
 class _EventLog:
     """nats-py callbacks that log one line per event instead of printing tracebacks.
 
-    While disconnected, every failed reconnect attempt raises the same error; we log
-    the first at WARNING and its repeats at DEBUG, so an outage is one line, not a flood.
-    Any other error, and any error while connected, is logged at WARNING.
+    While disconnected, failed reconnect attempts raise the same few errors over and
+    over (a timeout, a refused connection, in turn); we log each kind once per outage at
+    WARNING and its repeats at DEBUG, so an outage is a line or two, not a flood. Any
+    error while connected is logged at WARNING.
     """
 
     def __init__(self, client: Client) -> None:
         self.client = client
         self.connected = False
         self.last_error: str | None = None
-        self._reported_while_away: str | None = None
-        """The error already logged during this outage, if any."""
+        self._reported_while_away: set[str] = set()
+        """The kinds of error already logged during this outage."""
 
     async def on_error(self, exc: Exception) -> None:
         message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         self.last_error = message
         away = not self.client.is_connected
-        repeat = away and message == self._reported_while_away
+        repeat = away and type(exc).__name__ in self._reported_while_away
         level = logging.DEBUG if repeat or not self.connected else logging.WARNING
         log.log(level, "NATS error: %s", message)
         if away:
-            self._reported_while_away = message
+            self._reported_while_away.add(type(exc).__name__)
 
     async def on_disconnected(self) -> None:
         if self.connected and not self.client.is_closed:
             log.warning("disconnected from NATS; reconnecting")
 
     async def on_reconnected(self) -> None:
-        self._reported_while_away = None
-        log.warning("reconnected to NATS")
+        self._reported_while_away.clear()
+        url = self.client.connected_url.geturl() if self.client.connected_url else "NATS"
+        log.warning("reconnected to %s", url)
 
     async def on_closed(self) -> None:
         log.info("NATS connection closed")

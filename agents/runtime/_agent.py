@@ -43,7 +43,7 @@ from agents.runtime._saved import (
     save_queued_drops,
 )
 from agents.runtime._tail import TailAdapter
-from bus import BusError, Leases, NatsClient
+from bus import BusError, Leases, NatsClient, PidLock
 from schemas import BriefOp, Domain, Presence, Reply, TaskBrief
 
 __all__ = ["Agent", "AgentConfig"]
@@ -102,7 +102,12 @@ class Agent:
         self.id = config.agent_id
         self.domain = config.domain
         _make_store_dir(config.store)
-        self.context = LocalContext(config.store, config.domain, config=config.context, tokenizer=tokenizer)
+        self._store_lock = _lock_store(config)
+        try:
+            self.context = LocalContext(config.store, config.domain, config=config.context, tokenizer=tokenizer)
+        except BaseException:
+            self._store_lock.release()
+            raise
         self._nudge_store = SqliteNudgeStateStore(config.store)
         usable = config.context.window - config.context.reserve_system - config.context.reserve_output
         self._walker = HygieneWalker(self.context.tokenizer, protected_floor=protected_floor(usable))
@@ -136,9 +141,12 @@ class Agent:
             await anyio.sleep_forever()
 
     def close(self) -> None:
-        """Save what a restart needs and close the store."""
-        self._save_brief()
-        self.context.close()
+        """Save what a restart needs, close the store and let another process have it."""
+        try:
+            self._save_brief()
+            self.context.close()
+        finally:
+            self._store_lock.release()
 
     # -- conversation --------------------------------------------------------------------
 
@@ -281,3 +289,21 @@ def _make_store_dir(store: Path) -> None:
         store.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise StoreError(f"cannot create the directory of agent store {store}: {exc.strerror or exc}") from exc
+
+
+def _lock_store(config: AgentConfig) -> PidLock:
+    """One process per agent store: two would write the same tags into it.
+
+    :raises StoreError: naming the process that has it.
+    """
+    lock = PidLock(config.store.with_name(config.store.name + ".lock"))
+    try:
+        taken = lock.acquire()
+    except OSError as exc:
+        raise StoreError(f"cannot lock the agent store {config.store}: {exc.strerror or exc}") from exc
+    if not taken:
+        raise StoreError(
+            f"the store of agent {config.agent_id!r} ({config.store}) is in use by another process "
+            f"(pid {lock.holder()}); run one process per agent name, or give this one another"
+        )
+    return lock

@@ -1,4 +1,5 @@
-"""How a client's connection events are logged: an outage is one line, nothing else is hidden."""
+"""Connections: how their events are logged (an outage is a line or two, nothing else is
+hidden), and closing one whatever its state."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import logging
 import anyio
 import pytest
 
-from bus import BusConfig, connect
+from bus import BusConfig, close_quietly, connect
 from bus._connection import _EventLog
 from bus.testing import ServerFactory
 
@@ -34,10 +35,23 @@ async def test_errors_while_connected_are_warnings_and_only_an_outages_repeats_a
         with anyio.fail_after(10):
             while client.is_connected:
                 await anyio.sleep(0.05)
-        for _ in range(3):
-            await events.on_error(RuntimeError("connection refused (test)"))
-        await events.on_error(RuntimeError("something else"))
-        assert _levels(caplog, "connection refused (test)") == [logging.WARNING, logging.DEBUG, logging.DEBUG]
+        for attempt in range(3):  # reconnect attempts fail with a few kinds of error, in turn
+            await events.on_error(ConnectionRefusedError(f"connection refused (test {attempt})"))
+            await events.on_error(TimeoutError(f"timed out (test {attempt})"))
+        await events.on_error(ValueError("something else"))
+        assert _levels(caplog, "connection refused (test") == [logging.WARNING, logging.DEBUG, logging.DEBUG]
+        assert _levels(caplog, "timed out (test") == [logging.WARNING, logging.DEBUG, logging.DEBUG]
         assert _levels(caplog, "something else") == [logging.WARNING]
     finally:
         await client.close()
+
+
+async def test_a_client_whose_server_died_closes_quietly(nats_server_factory: ServerFactory) -> None:
+    server = nats_server_factory()
+    client = await connect(BusConfig(servers=[server.url], max_reconnect_attempts=0), deadline=5)
+    await anyio.to_thread.run_sync(server.kill)
+    with anyio.fail_after(10):
+        while not client.is_closed and client.is_connected:
+            await anyio.sleep(0.05)
+    await close_quietly(client)
+    assert client.is_closed

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 import re
 import threading
 import uuid
@@ -198,3 +199,17 @@ async def test_context_and_nudge_state_stay_on_the_event_loop_thread(
     assert {"LocalContext.add", "SqliteNudgeStateStore.save"} <= threads_used.keys()
     loop = threading.get_ident()
     assert sorted(name for name, threads in threads_used.items() if threads != {loop}) == []
+
+
+async def test_one_process_per_agent_store(nats_client: NatsClient, tmp_path: Path) -> None:
+    domain = Domain.parse(f"rt/s4/{uuid.uuid4().hex[:8]}")
+    first = _agent(nats_client, domain, tmp_path)
+    try:
+        with pytest.raises(
+            StoreError, match=rf"store of agent 'a1' .* is in use by another process \(pid {os.getpid()}\)"
+        ):
+            _agent(nats_client, domain, tmp_path)
+        _agent(nats_client, domain, tmp_path, name="a2").close()  # another name has its own store
+    finally:
+        first.close()
+    _agent(nats_client, domain, tmp_path).close()  # free again once closed
