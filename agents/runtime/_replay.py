@@ -123,6 +123,8 @@ def _messages(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise TranscriptError(f"cannot read {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise TranscriptError(f"{path} is not UTF-8 text (byte {exc.start}): a transcript is JSON lines") from exc
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue

@@ -124,8 +124,11 @@ def inspect_store(path: Path, domain: Domain) -> tuple[LayerView, ...]:
         raise StoreError(f"no agent store at {path}")
     with tempfile.TemporaryDirectory(prefix="ctxbus-inspect-") as tmp:
         copy = Path(tmp) / path.name
-        with closing(sqlite3.connect(path)) as source, closing(sqlite3.connect(copy)) as target:
-            source.backup(target)
+        try:
+            with closing(sqlite3.connect(path)) as source, closing(sqlite3.connect(copy)) as target:
+                source.backup(target)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot read agent store {path}: {exc}") from exc
         with LocalContext(copy, domain) as probe:
             config = load_config(probe, source=path)
         with LocalContext(copy, domain, config=config) as context:

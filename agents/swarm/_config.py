@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -57,7 +58,7 @@ def check_settings(*, agents: int, steps: int, step_delay: float, kill_at: int |
         )
     if steps < MIN_STEPS:
         raise InvalidSwarmConfig("--steps", f"must be at least {MIN_STEPS}, got {steps} (Channel 2 needs a long tail)")
-    if step_delay < 0:
+    if not 0 <= step_delay < math.inf:  # also refuses nan
         raise InvalidSwarmConfig("--step-delay", f"must be 0 or more seconds, got {step_delay}")
     if kill_at is not None and not 0 < kill_at < steps:
         raise InvalidSwarmConfig("--kill-at", f"must be between 1 and {steps - 1} (steps - 1), got {kill_at}")

@@ -43,10 +43,22 @@ def _root(
         bool, typer.Option("--version", callback=_show_version, is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
-    logging.basicConfig(
-        level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)],
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    handler = logging.StreamHandler()
+    handler.setFormatter(_WithExtras("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)], handlers=[handler])
+
+
+_STANDARD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+
+
+class _WithExtras(logging.Formatter):
+    """The usual line, then the record's structured extras as `key=value`: log calls
+    pass facts (url, pid, domain, tag) as extras, and a line without them hides them."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        line = super().formatMessage(record)
+        extras = {key: value for key, value in vars(record).items() if key not in _STANDARD_FIELDS}
+        return line + "".join(f" {key}={value}" for key, value in extras.items())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -55,8 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     Errors ctxbus raises on purpose become one line on stderr (with a hint where one
     helps) and exit code 1; usage errors are typer's: a message and exit code 2.
     """
-    _register_commands()
     try:
+        _register_commands()
         app(args=list(argv) if argv is not None else sys.argv[1:], prog_name="ctxbus")
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
