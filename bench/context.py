@@ -64,8 +64,8 @@ def load_sessions(anchors: Path, quick: bool) -> list[Session]:
     return sessions
 
 
-def add(ctx: LocalContext, m: dict[str, object]) -> None:
-    ctx.add(
+def add(ctx: LocalContext, m: dict[str, object]) -> int:
+    return ctx.add(
         str(m["role"]),
         str(m["content"]),
         tool_name=m.get("tool_name") or None,  # type: ignore[arg-type]
@@ -149,10 +149,10 @@ def replay(sessions: list[Session], budget: int, tmp: Path, tokenizer: Tokenizer
                 ratios.append(result.report.total / max(1, history + result.report.layers["system"]))
                 prompt = result
             start = time.perf_counter()
-            add(ctx, m)
+            tag = add(ctx, m)
             ingest_s += time.perf_counter() - start
             ingested += 1
-            history += ctx._state.entries[-1].tokens + OVERHEAD  # bare history cost, from the cached count
+            history += ctx.message(tag).tokens + OVERHEAD  # bare history cost, from the cached count
         assert prompt is not None
         text = "\n".join(msg["content"] for msg in prompt.messages)
         for probe in session.probes:
@@ -251,8 +251,8 @@ def run_synthetic(messages: list[dict[str, object]], tmp: Path, tokenizer: Token
     result = ctx.compose()
     text = "\n".join(msg["content"] for msg in result.messages)
     kept = all(p in text for p in ("Do NOT push to main", "Never delete files under /data", "under $50", "by Friday"))
-    tokens = sum(e.tokens for e in ctx._state.entries)
-    summaries = len(ctx._state.summaries)
+    tokens = sum(m.tokens for m in ctx.messages())
+    summaries = len(next(layer for layer in ctx.inspect() if layer.name == "summary").items)
     ctx.close()
     return {
         "tokens": tokens,

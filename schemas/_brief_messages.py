@@ -12,10 +12,10 @@ from enum import StrEnum
 from typing import Annotated, Final, Literal, Self, TypeAlias
 
 from pydantic import Field, TypeAdapter, ValidationError
-from pydantic_core import ErrorDetails
 
 from schemas._brief import AuthorId, BriefModel, DomainField, IdempotencyKey, Revision
-from schemas._brief_ops import BriefOp, FoldDone
+from schemas._brief_ops import AGENT_OPS, BriefOp
+from schemas._errors import describe_validation_error
 
 __all__ = [
     "Commit",
@@ -30,7 +30,6 @@ __all__ = [
 ]
 
 _REJECTION_REASON_MAX: Final = 8000
-_SHOWN_INPUT_MAX: Final = 60
 
 
 class Proposal(BriefModel):
@@ -158,20 +157,7 @@ class Rejection(BriefModel):
         errors = exc.errors(include_url=False)
         too_long = any(e["type"] == "string_too_long" for e in errors)
         code = RejectionCode.FIELD_TOO_LONG if too_long else RejectionCode.INVALID_OP
-        return cls.clipped(code, "; ".join(_describe(e) for e in errors))
-
-
-def _describe(error: ErrorDetails) -> str:
-    """One problem as `field 'op.text' is 2,345 characters long, over the limit of 2,000`."""
-    where = ".".join(str(part) for part in error["loc"]) or "<proposal>"
-    value = error.get("input")
-    limit = error.get("ctx", {}).get("max_length")
-    if error["type"] == "string_too_long" and isinstance(value, str) and limit is not None:
-        return f"field {where!r} is {len(value):,} characters long, over the limit of {limit:,}"
-    shown = repr(value)
-    if len(shown) > _SHOWN_INPUT_MAX:
-        shown = shown[: _SHOWN_INPUT_MAX - 3] + "..."
-    return f"field {where!r}: {error['msg']} (got {shown})"
+        return cls.clipped(code, describe_validation_error(exc))
 
 
 class Committed(BriefModel):
@@ -204,9 +190,9 @@ def parse_proposal(body: Mapping[str, object]) -> Proposal | Rejection:
         proposal = Proposal.model_validate(body)
     except ValidationError as exc:
         return Rejection.from_validation_error(exc)
-    if isinstance(proposal.op, FoldDone):
+    if proposal.op.op not in AGENT_OPS:  # fold_done
         return Rejection(
             code=RejectionCode.INVALID_OP,
-            reason="fold_done is the coordinators' own operation, done when the brief is over its budget",
+            reason=f"{proposal.op.op} is the coordinators' own operation, done when the brief is over its budget",
         )
     return proposal

@@ -9,7 +9,9 @@ are filled in when the commit is applied, identically on every replica.
 from __future__ import annotations
 
 import zlib
-from typing import Annotated, Final, Literal, TypeAlias
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Annotated, Final, Literal, TypeAlias, get_args
 
 import msgpack
 from pydantic import Field, TypeAdapter
@@ -17,6 +19,7 @@ from pydantic import Field, TypeAdapter
 from schemas._brief import BriefModel, ItemId, Option, Outcome, Reason, Text
 
 __all__ = [
+    "AGENT_OPS",
     "FOLD_MAX",
     "op_fingerprint",
     "AddBlocker",
@@ -181,6 +184,19 @@ BriefOp: TypeAlias = Annotated[
 
 BriefOpAdapter: TypeAdapter[BriefOp] = TypeAdapter(BriefOp)
 """Validates one operation from a plain dict: `BriefOpAdapter.validate_python(raw)`."""
+
+AGENT_OPS: Final[Mapping[str, type[BriefModel]]] = MappingProxyType(
+    {
+        model.model_fields["op"].default: model
+        for model in get_args(get_args(BriefOp)[0])
+        if model is not FoldDone  # the coordinator's own, issued when the brief is over budget
+    }
+)
+"""The operations an agent may propose, by their `op` tag, in the order of `BriefOp`.
+
+Each model's first field after `op` is the one the operation is about (the text, option
+or item id), which is what a command line takes as its positional value.
+"""
 
 
 def op_fingerprint(op: BriefOp) -> int:

@@ -8,7 +8,7 @@ from pydantic import ValidationError
 
 from schemas._brief import AuthorId, BriefModel, Revision, TaskBrief
 from schemas._envelope import DEFAULT_MAX_PAYLOAD, Envelope, MessageType
-from schemas._errors import EnvelopeInvalid
+from schemas._errors import EnvelopeInvalid, describe_validation_error
 
 __all__ = ["BriefSnapshot"]
 
@@ -53,11 +53,7 @@ class BriefSnapshot(BriefModel):
         try:
             snapshot = cls.model_validate(envelope.body)
         except ValidationError as exc:
-            first = exc.errors(include_url=False)[0]
-            where = ".".join(str(part) for part in first["loc"])
-            raise EnvelopeInvalid(
-                f"snapshot body is invalid ({exc.error_count()} problem(s)); first, field {where!r}: {first['msg']}"
-            ) from exc
+            raise EnvelopeInvalid(f"snapshot body is invalid: {describe_validation_error(exc)}") from exc
         if snapshot.brief.domain != envelope.domain:
             raise EnvelopeInvalid(f"snapshot envelope of {envelope.domain} holds the brief of {snapshot.brief.domain}")
         return snapshot

@@ -14,7 +14,13 @@ import msgpack
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator
 
 from schemas._domain import Domain
-from schemas._errors import DecodeError, EnvelopeInvalid, PayloadTooLarge, SchemaVersionError
+from schemas._errors import (
+    DecodeError,
+    EnvelopeInvalid,
+    PayloadTooLarge,
+    SchemaVersionError,
+    describe_validation_error,
+)
 from schemas._ids import unique_id
 
 __all__ = [
@@ -127,7 +133,7 @@ class Envelope(BaseModel):
         try:
             return cls.model_validate(raw)
         except ValidationError as exc:  # a bad domain too: pydantic wraps InvalidDomain
-            raise EnvelopeInvalid(_describe(exc)) from exc
+            raise EnvelopeInvalid(describe_validation_error(exc)) from exc
 
 
 def _unpack(data: bytes) -> dict[str, Any]:
@@ -142,14 +148,3 @@ def _unpack(data: bytes) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise DecodeError(f"message is a msgpack {type(raw).__name__}, expected a map")
     return raw
-
-
-def _describe(exc: ValidationError) -> str:
-    """One line per problem: `field 'ts': Input should be a valid number (got 'x')`."""
-    problems = []
-    for error in exc.errors(include_url=False):
-        where = ".".join(str(part) for part in error["loc"]) or "<envelope>"
-        got = error.get("input")
-        shown = repr(got) if len(repr(got)) <= 60 else repr(got)[:57] + "..."
-        problems.append(f"field {where!r}: {error['msg']} (got {shown})")
-    return "; ".join(problems)

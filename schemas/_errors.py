@@ -17,9 +17,17 @@ of the wire or the bus at run time::
 
 `InvalidDomain` is also a `WireError` when it comes off the wire: `Envelope.decode`
 raises `EnvelopeInvalid` naming the `domain` field in that case.
+
+`describe_validation_error` words pydantic's report on a bad value for these errors'
+messages, the same way wherever ctxbus validates something it was given.
 """
 
 from __future__ import annotations
+
+from typing import Final
+
+from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 __all__ = [
     "CtxbusError",
@@ -30,6 +38,7 @@ __all__ = [
     "SchemaVersionError",
     "EnvelopeInvalid",
     "PayloadTooLarge",
+    "describe_validation_error",
 ]
 
 
@@ -77,3 +86,47 @@ class PayloadTooLarge(WireError):
         self.size = size
         self.limit = limit
         super().__init__(f"message is {size:,} bytes, over the limit of {limit:,} bytes")
+
+
+_SHOWN_INPUT_MAX: Final = 60
+_PROBLEMS_MAX: Final = 10
+
+
+def describe_validation_error(exc: ValidationError, *, skip: int = 0, show_input: bool = True) -> str:
+    """pydantic's report on a bad value as one line, one clause per problem, joined with "; ".
+
+    A clause names the field and says what is wrong, without pydantic's "Value error, "
+    prefix: `field 'ts': Input should be a valid number (got 'x')`. A string over its
+    limit says by how much instead: `field 'text' is 2,345 characters long, over the
+    limit of 2,000`. A problem with the value as a whole names no field. Past ten
+    problems, the rest are only counted, so that a large bad value gives a readable line.
+
+    :param skip: leading parts of each field path to leave out, such as the tag pydantic
+        puts first for a member of a discriminated union.
+    :param show_input: quote the offending value, clipped to 60 characters (never for a
+        missing field, whose "value" is the object around it); leave it out where the
+        reader wrote the value themselves or the message quotes it already.
+    """
+    errors = exc.errors(include_url=False)
+    problems = [_describe(error, skip=skip, show_input=show_input) for error in errors[:_PROBLEMS_MAX]]
+    if len(errors) > _PROBLEMS_MAX:
+        problems.append(f"and {len(errors) - _PROBLEMS_MAX:,} more problems")
+    return "; ".join(problems)
+
+
+def _describe(error: ErrorDetails, *, skip: int, show_input: bool) -> str:
+    where = ".".join(str(part) for part in error["loc"][skip:])
+    subject = f"field {where!r}" if where else "the value"
+    value = error.get("input")
+    limit = error.get("ctx", {}).get("max_length")
+    if error["type"] == "string_too_long" and isinstance(value, str) and limit is not None:
+        return f"{subject} is {len(value):,} characters long, over the limit of {limit:,}"
+    problem = error["msg"].removeprefix("Value error, ")
+    if where:
+        problem = f"{subject}: {problem}"
+    if show_input and error["type"] != "missing":  # a missing field's input is its parent
+        shown = repr(value)
+        if len(shown) > _SHOWN_INPUT_MAX:
+            shown = shown[: _SHOWN_INPUT_MAX - 3] + "..."
+        problem += f" (got {shown})"
+    return problem

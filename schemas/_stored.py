@@ -7,7 +7,7 @@ from typing import ClassVar, Self
 import msgpack
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from schemas._errors import DecodeError, EnvelopeInvalid
+from schemas._errors import DecodeError, EnvelopeInvalid, describe_validation_error
 
 __all__ = ["StoredValue"]
 
@@ -39,4 +39,4 @@ class StoredValue(BaseModel):
         try:
             return cls.model_validate(raw)
         except ValidationError as exc:
-            raise EnvelopeInvalid(f"{cls.label} is invalid: {exc.errors(include_url=False)}") from exc
+            raise EnvelopeInvalid(f"{cls.label} is invalid: {describe_validation_error(exc)}") from exc

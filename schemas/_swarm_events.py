@@ -3,9 +3,10 @@
 A worker writes one JSON object per line on stdout (progress, notes, `finished`, and
 its final result); the runner answers on the worker's stdin with one `ReportRequest`
 once every worker has finished, so all of them report the brief at the same revision.
-It is a private pipe of `agents.swarm`, never put on the bus; it lives in `schemas`
-because it crosses a process boundary. Not re-exported from `schemas`: nothing but the
-swarm runner speaks it.
+It is a pipe between `agents.swarm` processes, never put on the bus; it lives in
+`schemas` because it crosses a process boundary. Exported from `schemas` like every
+other shape: `agents.swarm` re-exports the models its report is made of (`AgentResult`,
+`Tally`, ...), so readers of a `SwarmReport` can use them too.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from agents.context._render import PINNED_HEADER, SUMMARY_HEADER, render
 from agents.context._report import Composition, Trim, TrimReason, log_trim, logger
 from agents.context._state import ContextState
 from agents.context._summary import Summarizer
-from schemas._message import MESSAGE_KINDS
+from schemas import MESSAGE_KINDS
 
 __all__ = ["compose", "protected_units"]
 

@@ -20,8 +20,7 @@ from agents.context._state import ContextState, check_message
 from agents.context._store import Store
 from agents.context._summary import ExtractiveSummarizer, Summarizer
 from agents.context._tokens import Tokenizer
-from schemas import Domain
-from schemas._message import Message
+from schemas import Domain, Message
 
 __all__ = ["LocalContext"]
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from agents.context._errors import InvalidConfig, UnknownMode
-from schemas._message import MESSAGE_KINDS
+from schemas import MESSAGE_KINDS
 
 __all__ = ["BUILTIN_MODES", "ModeDescriptor", "lookup_mode", "resolve_modes"]
 

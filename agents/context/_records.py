@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from schemas._message import Message
+from schemas import Message
 
 __all__ = [
     "ChatMessage",

@@ -14,7 +14,7 @@ from agents.context._config import ContextConfig, LayerBudgets
 from agents.context._modes import ModeDescriptor
 from agents.context._report import ComposeReport, Composition, LayerItem, LayerView, Trim, logger
 from agents.context._state import ContextState
-from schemas._message import MESSAGE_KINDS
+from schemas import MESSAGE_KINDS
 
 __all__ = ["PINNED_HEADER", "SUMMARY_HEADER", "Plan", "render"]
 

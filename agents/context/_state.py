@@ -17,7 +17,7 @@ from agents.context._config import ContextConfig
 from agents.context._errors import InvalidMessage
 from agents.context._records import ConstraintRecord, Entry, SummaryEntry
 from agents.context._tokens import Tokenizer
-from schemas._message import MESSAGE_KINDS, MESSAGE_ROLES, message_id
+from schemas import MESSAGE_KINDS, MESSAGE_ROLES, message_id
 
 __all__ = ["ContextState", "check_message", "default_importance"]
 

@@ -16,7 +16,7 @@ from typing import Protocol, runtime_checkable
 
 from agents.context._archive import clip, error_lines
 from agents.context._classify import Span, facts, rule_span, score_unit, split_units
-from schemas._message import Message
+from schemas import Message
 
 __all__ = ["ExtractiveSummarizer", "Summarizer"]
 

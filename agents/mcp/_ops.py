@@ -9,22 +9,13 @@ description is generated from the op models, so it cannot drift from `schemas`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final, get_args
 
-from pydantic import BaseModel, ValidationError
-from pydantic_core import ErrorDetails
+from pydantic import ValidationError
 
 from agents.mcp._args import shown
-from schemas import BriefOp, BriefOpAdapter, FoldDone, UsageError
+from schemas import AGENT_OPS, BriefOp, BriefOpAdapter, UsageError, describe_validation_error
 
-__all__ = ["AGENT_OPS", "BadOp", "op_menu", "parse_op"]
-
-AGENT_OPS: Final[dict[str, type[BaseModel]]] = {
-    model.model_fields["op"].default: model
-    for model in get_args(get_args(BriefOp)[0])
-    if model is not FoldDone  # issued by the coordinator when the brief is over budget
-}
-"""The operations an agent may propose, by their `op` tag."""
+__all__ = ["BadOp", "op_menu", "parse_op"]
 
 
 class BadOp(UsageError):
@@ -58,11 +49,5 @@ def parse_op(raw: object) -> BriefOp:
         raise BadOp(f"the op {what}; use one of: {known}")
     try:
         return BriefOpAdapter.validate_python(dict(raw))
-    except ValidationError as exc:
-        problems = "; ".join(_describe(error) for error in exc.errors(include_url=False))
-        raise BadOp(f"bad {tag} op: {problems}") from None
-
-
-def _describe(error: ErrorDetails) -> str:
-    where = ".".join(str(part) for part in error["loc"][1:]) or "op"  # loc[0] is the tag
-    return f"{where}: {error['msg']}"
+    except ValidationError as exc:  # loc[0] is the op's tag, named already
+        raise BadOp(f"bad {tag} op: {describe_validation_error(exc, skip=1, show_input=False)}") from None

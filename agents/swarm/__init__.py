@@ -20,7 +20,7 @@ from agents.swarm._config import (
 from agents.swarm._report import AgentReport, SwarmRefusal, SwarmReport
 from agents.swarm._runner import AgentStatus, SwarmRunner
 from agents.swarm._scenario import GOAL, REJECTED_OPTION
-from schemas._swarm_events import AgentResult, Channel2Cycle, Note, Progress, Refusal, Tally
+from schemas import AgentResult, Channel2Cycle, Note, Progress, Refusal, Tally
 
 __all__ = [
     "DEFAULT_AGENTS",

@@ -19,8 +19,7 @@ from agents.nudges import REDUCE_TOOL_NAME, REMINDER_OPEN, DeliveryOutcome, Tail
 from agents.runtime import Agent
 from agents.swarm._corpus import tool_output
 from agents.swarm._scenario import AdoptRejected, CompleteMine, Intent, Propose, Step, pending_text
-from schemas import AddDecision, Committed, Complete, Rejection, RejectionCode, UsageError, normalize
-from schemas._swarm_events import Refusal, Tally
+from schemas import AddDecision, Committed, Complete, Refusal, Rejection, RejectionCode, Tally, UsageError, normalize
 
 __all__ = ["ScriptedModel"]
 

@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, computed_field
 
 from agents.swarm._config import SwarmConfig
-from schemas import RejectionCode
-from schemas._swarm_events import Channel2Cycle, Refusal
+from schemas import Channel2Cycle, Refusal, RejectionCode
 
 if TYPE_CHECKING:  # the runner builds the report from its own status objects
     from agents.swarm._runner import AgentStatus

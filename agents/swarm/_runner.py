@@ -27,8 +27,7 @@ from agents.swarm._config import SwarmConfig, SwarmError
 from agents.swarm._report import SwarmReport
 from agents.swarm._scenario import agent_name
 from bus import BriefLog, BusConfig, connect
-from schemas import brief_hash
-from schemas._swarm_events import AgentResult, EventAdapter, Finished, Note, Progress, ReportRequest
+from schemas import AgentResult, EventAdapter, Finished, Note, Progress, ReportRequest, brief_hash
 
 __all__ = ["AgentStatus", "SwarmRunner"]
 

@@ -25,10 +25,10 @@ from agents.swarm._constraints import missing_from_brief, missing_from_pinned
 from agents.swarm._model import ScriptedModel
 from agents.swarm._scenario import CONSTRAINTS, agent_name, step, user_constraints
 from bus import BusConfig, Leases, connect, run_async
-from schemas import Domain
-from schemas._swarm_events import (
+from schemas import (
     AgentResult,
     Channel2Cycle,
+    Domain,
     Event,
     EventAdapter,
     Finished,

@@ -23,28 +23,26 @@ from coordinator.cli._common import (
     parse_agent_name,
     print_json,
 )
-from schemas import BriefOpAdapter, Commit, Committed, Domain, WireError, brief_hash, render_brief
+from schemas import (
+    AGENT_OPS,
+    BriefOp,
+    BriefOpAdapter,
+    Commit,
+    Committed,
+    Domain,
+    WireError,
+    brief_hash,
+    describe_validation_error,
+    render_brief,
+)
 
 __all__: list[str] = []
 
 brief_app = typer.Typer(help="Show the shared brief of a task, or propose a change to it.", no_args_is_help=True)
 app.add_typer(brief_app, name="brief", rich_help_panel="Shared brief")
 
-# Which field the positional VALUE fills, per operation.
-_MAIN_FIELD = {
-    "set_goal": "text",
-    "add_pending": "text",
-    "complete": "item_id",
-    "add_decision": "option",
-    "reject": "option",
-    "reopen": "option",
-    "add_constraint": "text",
-    "remove_constraint": "item_id",
-    "add_blocker": "text",
-    "resolve_blocker": "item_id",
-    "add_note": "text",
-    "close": "reason",
-}
+# Which field the positional VALUE fills, per operation: the first after `op`.
+_MAIN_FIELD = {tag: next(name for name in model.model_fields if name != "op") for tag, model in AGENT_OPS.items()}
 
 
 @brief_app.command("show")
@@ -100,14 +98,14 @@ def propose(
     fields.update({name: given for name, given in extras.items() if given is not None})
     try:
         parsed = BriefOpAdapter.validate_python(fields)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'][1:])) or op}: {e['msg']}" for e in exc.errors())
+    except ValidationError as exc:  # loc[0] is the op's tag
+        problems = describe_validation_error(exc, skip=1, show_input=False)
         raise typer.BadParameter(problems, param_hint="OP/VALUE/options") from None
     code = run_async(_propose, nats, domain, agent, parsed, key or uuid.uuid4().hex, as_json)
     raise typer.Exit(code)
 
 
-async def _propose(urls: str, domain: Domain, agent: str, op: Any, key: str, as_json: bool) -> int:
+async def _propose(urls: str, domain: Domain, agent: str, op: BriefOp, key: str, as_json: bool) -> int:
     client = await connect(bus_config(urls))
     try:
         reply = await Proposer(client, domain, agent_id=agent).propose(op, key=key, deadline=10)

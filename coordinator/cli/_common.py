@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from bus import BusConfig
-from schemas import Domain, InvalidDomain, validate_token
+from schemas import Domain, InvalidDomain, describe_validation_error, validate_token
 
 __all__ = [
     "DEFAULT_NATS_URL",
@@ -23,6 +23,7 @@ __all__ = [
     "console",
     "errors",
     "default_state_dir",
+    "agent_store",
     "bus_config",
     "parse_agent_name",
     "parse_domain",
@@ -40,6 +41,11 @@ def default_state_dir() -> Path:
     """`$CTXBUS_STATE_DIR`, else the platform's per-user state directory."""
     configured = os.environ.get("CTXBUS_STATE_DIR")
     return Path(configured) if configured else Path(platformdirs.user_state_dir("ctxbus"))
+
+
+def agent_store(domain: Domain, agent: str) -> Path:
+    """The SQLite file of an agent started by ctxbus: `<state dir>/agents/USER/SESSION/TASK/AGENT.db`."""
+    return default_state_dir().joinpath("agents", *domain.tokens, f"{agent}.db")
 
 
 def parse_domain(text: str) -> Domain:
@@ -87,7 +93,8 @@ def bus_config(urls: str, *, name: str = "ctxbus-cli") -> BusConfig:
     try:
         return BusConfig.from_urls(urls, name=name)
     except ValidationError as exc:
-        message = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+        # The messages quote the bad URL; the field (`servers`) means nothing to a user.
+        message = describe_validation_error(exc, skip=1, show_input=False)
         raise typer.BadParameter(message, param_hint="--nats") from None
 
 

@@ -16,12 +16,11 @@ from coordinator.cli._app import app
 from coordinator.cli._common import (
     DomainOption,
     JsonOption,
+    agent_store,
     console,
-    default_state_dir,
     parse_agent_name,
     print_json,
 )
-from schemas import Domain
 
 __all__: list[str] = []
 
@@ -117,8 +116,3 @@ def inspect(
             text = item.text if full else (item.text.splitlines() or [""])[0][:160]
             tag = f"§{item.tag}§ " if item.tag is not None else ""
             console.print(f"[dim]{tag}{item.kind} ({item.tokens:,})[/] {escape(text)}")
-
-
-def agent_store(domain: Domain, agent: str) -> Path:
-    """Where an agent started by ctxbus keeps its SQLite file."""
-    return default_state_dir() / "agents" / domain.user / domain.session / domain.task / f"{agent}.db"

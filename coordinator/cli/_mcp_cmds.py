@@ -20,11 +20,10 @@ from coordinator.cli._common import (
     DEFAULT_NATS_URL,
     DomainOption,
     NatsOption,
+    agent_store,
     bus_config,
-    default_state_dir,
     parse_agent_name,
 )
-from schemas import Domain
 
 __all__: list[str] = []
 
@@ -65,11 +64,7 @@ def mcp(
     config = AgentConfig(
         agent_id=agent,
         domain=domain,
-        store=store or _default_store(domain, agent),
+        store=store or agent_store(domain, agent),
         context=host_context(window),
     )
     run_async(serve_stdio, bus_config(nats, name=f"ctxbus-mcp-{agent}"), config)
-
-
-def _default_store(domain: Domain, agent: str) -> Path:
-    return default_state_dir().joinpath("agents", *domain.tokens, f"{agent}.db")

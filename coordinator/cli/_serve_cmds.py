@@ -12,8 +12,8 @@ import typer
 
 from agents.context import Tokenizer
 from bus import DEFAULT_SYNC_INTERVAL, BusConfig, EmbeddedServer, ServerError, connect, event_loop_name, run_async
-from coordinator._config import DEFAULT_SNAPSHOT_EVERY, MAX_REPLICAS, CoordinatorConfig
-from coordinator._service import Coordinator
+from coordinator import Coordinator, CoordinatorConfig
+from coordinator._config import DEFAULT_SNAPSHOT_EVERY, MAX_REPLICAS  # not exported by `coordinator` yet
 from coordinator.cli._app import app
 from coordinator.cli._common import DEFAULT_NATS_URL, NatsOption, bus_config, console, default_state_dir
 

@@ -117,7 +117,7 @@ async def test_every_tool_the_resource_and_bad_input(url: str, domain: str, tmp_
         assert unknown.is_error and "unknown op 'frobnicate'; use one of: set_goal" in text(unknown)
         assert "has no 'op' field" in text(await call(mcp, "brief_propose", op={"text": "x"}))
         missing = await propose(mcp, op="complete")
-        assert missing.is_error and "bad complete op: item_id: Field required" in text(missing)
+        assert missing.is_error and "bad complete op: field 'item_id': Field required" in text(missing)
         assert (await propose(mcp, op="fold_done", item_ids=["d1"])).is_error
         not_an_object = await call(mcp, "brief_propose", op="set_goal")
         assert not_an_object.is_error and body(not_an_object).startswith("error: the op must be an object such as")
