@@ -13,7 +13,7 @@ import asyncio
 import importlib.util
 import os
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, TypeVarTuple
 
 import anyio
 
@@ -23,6 +23,7 @@ NO_UVLOOP_ENV: Final = "CTXBUS_NO_UVLOOP"
 """Environment variable: set to a non-empty value other than `0` to keep the standard loop."""
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 
 def uses_uvloop() -> bool:
@@ -37,8 +38,12 @@ def anyio_backend() -> tuple[str, dict[str, Any]]:
     return "asyncio", {"use_uvloop": uses_uvloop()}
 
 
-def run_async(func: Callable[..., Awaitable[T]], *args: Any) -> T:
-    """`anyio.run(func, *args)` on ctxbus's event loop."""
+def run_async(func: Callable[[*Ts], Awaitable[T]], *args: *Ts) -> T:
+    """`anyio.run(func, *args)` on ctxbus's event loop.
+
+    Typed like `anyio.run`, so a type checker matches `args` against `func`'s parameters:
+    the CLI's commands pass their options through here, and a mismatch is caught there.
+    """
     backend, options = anyio_backend()
     return anyio.run(func, *args, backend=backend, backend_options=options)
 

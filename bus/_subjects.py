@@ -1,7 +1,9 @@
 """Every NATS subject, stream, bucket and key name ctxbus uses, built in one place.
 
 A domain's traffic lives under `ctx.<user>.<session>.<task>.<verb>`, so subject
-permissions can separate tenants and a wildcard can watch one task.
+permissions can separate tenants and a wildcard can watch one task. What belongs to no
+one domain (operator endpoints, the republished log, messages that name no valid
+domain) lives under `ctxbus.`, outside every tenant's `ctx.<user>.>`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,10 @@ from schemas import Domain, validate_token
 
 __all__ = [
     "SUBJECT_ROOT",
+    "GLOBAL_ROOT",
+    "STATUS_SUBJECT",
+    "METRICS_SUBJECT",
+    "GLOBAL_DLQ",
     "TX_STREAM",
     "TX_SUBJECTS",
     "LIVE_ROOT",
@@ -24,6 +30,7 @@ __all__ = [
     "PROPOSE_QUEUE",
     "Verb",
     "subject",
+    "domain_of",
     "all_domains",
     "live_subject",
     "routed",
@@ -38,7 +45,23 @@ TX_STREAM: Final = "CTXBUS_TX"
 TX_SUBJECTS: Final = f"{SUBJECT_ROOT}.*.*.*.tx"
 """Subjects captured by `TX_STREAM`: the `tx` verb of every domain."""
 
-LIVE_ROOT: Final = "ctxbus.live"
+GLOBAL_ROOT: Final = "ctxbus"
+"""Root of the subjects that belong to no one domain."""
+
+STATUS_SUBJECT: Final = f"{GLOBAL_ROOT}.status"
+"""Request subject: every coordinator answers with its status (`schemas.CoordinatorStatus`, JSON).
+
+An operator endpoint: the answer names every domain the coordinator caches, of every tenant.
+"""
+
+METRICS_SUBJECT: Final = f"{GLOBAL_ROOT}.metrics"
+"""Request subject: every coordinator answers with its counters as Prometheus text."""
+
+GLOBAL_DLQ: Final = f"{GLOBAL_ROOT}.dlq"
+"""Where reports go on messages whose subject names no valid domain: a bare msgpack
+`schemas.DeadLetter`, since an envelope needs a domain."""
+
+LIVE_ROOT: Final = f"{GLOBAL_ROOT}.live"
 """Where a stream republishes each entry it stores: `<LIVE_ROOT>.<stream>.<subject>`."""
 
 BRIEF_BUCKET: Final = "ctxbus_briefs"
@@ -66,6 +89,22 @@ class Verb(StrEnum):
 def subject(domain: Domain, verb: Verb) -> str:
     """`ctx.<user>.<session>.<task>.<verb>` for one domain."""
     return f"{SUBJECT_ROOT}.{domain.subject_prefix}.{verb}"
+
+
+@functools.lru_cache(maxsize=4096)  # a coordinator asks for every proposal; a domain's subjects are few
+def domain_of(subject_: str) -> Domain | None:
+    """The domain a `ctx.<user>.<session>.<task>.<verb>[.<route>]` subject names, if valid.
+
+    The inverse of `subject` (and of `routed` on it): None for any other subject, so a
+    message on a wildcard subscription that names no valid domain can be dead-lettered.
+    """
+    parts = subject_.split(".")
+    if len(parts) not in (5, 6) or parts[0] != SUBJECT_ROOT:
+        return None
+    try:
+        return Domain.parse("/".join(parts[1:4]))
+    except ValueError:  # InvalidDomain
+        return None
 
 
 def all_domains(verb: Verb) -> str:

@@ -3,28 +3,19 @@
 from __future__ import annotations
 
 import logging
-from typing import Final
 
-import msgpack
-
-from bus import BusError, NatsClient, Request, Verb, publish, subject
+from bus import GLOBAL_DLQ, BusError, NatsClient, Request, Verb, publish, subject
 from coordinator._metrics import Metrics
-from schemas import Domain, Envelope, MessageType, PayloadTooLarge
+from schemas import DeadLetter, Domain, PayloadTooLarge
 
-__all__ = ["DeadLetters", "GLOBAL_DLQ"]
+__all__ = ["DeadLetters"]
 
 log = logging.getLogger(__name__)
 
-GLOBAL_DLQ: Final = "ctxbus.dlq"
-"""Where messages go whose subject names no valid domain (a bare msgpack map, since an
-envelope needs a domain)."""
-
-_KEPT_BYTES: Final = 4096
-"""How much of the offending payload a dead letter quotes."""
-
 
 class DeadLetters:
-    """Publishes a report for each rejected message to its domain's `dlq` subject."""
+    """Publishes a report (`schemas.DeadLetter`) for each rejected message to its domain's
+    `dlq` subject, or to `bus.GLOBAL_DLQ` when its subject names no valid domain."""
 
     def __init__(self, client: NatsClient, *, sender: str, metrics: Metrics) -> None:
         self._client = client
@@ -35,18 +26,12 @@ class DeadLetters:
         """Count, log and publish one dead letter; never raises."""
         self._metrics.dead_lettered(reason)
         log.warning("dead letter on %s: %s: %s", request.subject, reason, detail)
-        body = {
-            "reason": reason,
-            "detail": detail,
-            "subject": request.subject,
-            "size": len(request.data),
-            "payload_head": request.data[:_KEPT_BYTES],
-        }
+        letter = DeadLetter.of(reason=reason, detail=detail, subject=request.subject, payload=request.data)
         try:
             if domain is None:
-                await publish(self._client, GLOBAL_DLQ, msgpack.packb(body, use_bin_type=True))
+                await publish(self._client, GLOBAL_DLQ, letter.encode())
                 return
-            envelope = Envelope(type=MessageType.DEAD_LETTER, domain=domain, sender=self._sender, body=body)
+            envelope = letter.envelope(domain=domain, sender=self._sender)
             await publish(self._client, subject(domain, Verb.DLQ), envelope.encode())
         except (BusError, PayloadTooLarge) as exc:
             log.warning("could not publish dead letter for %s: %s", request.subject, exc)

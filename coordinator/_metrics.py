@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import Any
+
+from schemas import CoordinatorStatus
 
 __all__ = ["Metrics"]
 
@@ -52,22 +53,22 @@ class Metrics:
         recent = [t for t in self._recent if t >= now - _RATE_WINDOW]
         return len(recent) / _RATE_WINDOW
 
-    def snapshot(self, *, coordinator_id: str, domains: list[str]) -> dict[str, Any]:
-        """A plain dict for the status reply."""
-        return {
-            "coordinator": coordinator_id,
-            "uptime_s": round(time.time() - self.started, 3),
-            "domains": domains,
-            "commits": self.commits,
-            "commits_per_s": round(self.commits_per_second, 2),
-            "duplicates": self.duplicates,
-            "cas_retries": self.cas_retries,
-            "forwarded": self.forwarded,
-            "rejections": dict(self.rejections),
-            "dead_letters": dict(self.dead_letters),
-            "last_error": self.last_error,
-            "last_error_at": self.last_error_at,
-        }
+    def status(self, *, coordinator_id: str, domains: list[str]) -> CoordinatorStatus:
+        """The counters as the status reply: a model, so the CLI can validate what it reads."""
+        return CoordinatorStatus(
+            coordinator=coordinator_id,
+            uptime_s=round(max(0.0, time.time() - self.started), 3),
+            domains=tuple(domains),
+            commits=self.commits,
+            commits_per_s=round(self.commits_per_second, 2),
+            duplicates=self.duplicates,
+            cas_retries=self.cas_retries,
+            forwarded=self.forwarded,
+            rejections=dict(self.rejections),
+            dead_letters=dict(self.dead_letters),
+            last_error=self.last_error,
+            last_error_at=self.last_error_at,
+        )
 
     def prometheus(self, *, coordinator_id: str, domains: int) -> str:
         """The counters in Prometheus text exposition format."""

@@ -9,12 +9,11 @@ only a shortcut, refreshed whenever a compare-and-set says it is stale.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import random
 import time
 from dataclasses import dataclass, field
-from functools import lru_cache, partial
+from functools import partial
 
 import anyio
 import anyio.lowlevel
@@ -22,7 +21,9 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from bus import (
     BRIEF_BUCKET,
+    METRICS_SUBJECT,
     PROPOSE_QUEUE,
+    STATUS_SUBJECT,
     BriefLog,
     BriefState,
     BucketConfig,
@@ -36,6 +37,7 @@ from bus import (
     TxLogConfig,
     Verb,
     all_domains,
+    domain_of,
     event_loop_name,
     listen,
     publish,
@@ -68,14 +70,9 @@ from schemas import (
     triage,
 )
 
-__all__ = ["Coordinator", "STATUS_SUBJECT", "METRICS_SUBJECT"]
+__all__ = ["Coordinator"]
 
 log = logging.getLogger(__name__)
-
-STATUS_SUBJECT = "ctxbus.status"
-"""Request subject: every coordinator answers with its status (JSON)."""
-METRICS_SUBJECT = "ctxbus.metrics"
-"""Request subject: every coordinator answers with Prometheus text."""
 
 _BACKOFF_STEP = 0.002
 """Seconds of random pause per lost compare-and-set, growing with each loss."""
@@ -161,7 +158,7 @@ class Coordinator:
         therefore costs no task of its own, which under load is a good part of the
         coordinator's CPU.
         """
-        domain = _domain_of(request.subject)
+        domain = domain_of(request.subject)
         if domain is None:
             await self._dead_letters.send(request, None, "bad_subject", f"{request.subject!r} names no valid domain")
             return
@@ -539,8 +536,9 @@ class Coordinator:
     # -- status --------------------------------------------------------------------------
 
     async def _on_status(self, request: Request) -> bytes:
+        """A `CoordinatorStatus` as JSON, which operators can read with `nats req` too."""
         domains = sorted(str(d) for d in self._domains)
-        return json.dumps(self.metrics.snapshot(coordinator_id=self.id, domains=domains)).encode()
+        return self.metrics.status(coordinator_id=self.id, domains=domains).encode()
 
     async def _on_metrics(self, request: Request) -> bytes:
         return self.metrics.prometheus(coordinator_id=self.id, domains=len(self._domains)).encode()
@@ -549,15 +547,3 @@ class Coordinator:
 def _rank(domain: Domain, coordinator_id: str) -> bytes:
     """A coordinator's place in the order of who defers to whom on `domain`."""
     return hashlib.sha256(f"{domain}\x1f{coordinator_id}".encode()).digest()
-
-
-@lru_cache(maxsize=4096)  # every proposal asks; a domain's subjects are few
-def _domain_of(subject_: str) -> Domain | None:
-    """The domain a `ctx.<user>.<session>.<task>.<verb>[.<route>]` subject names, if valid."""
-    parts = subject_.split(".")
-    if len(parts) not in (5, 6):
-        return None
-    try:
-        return Domain.parse("/".join(parts[1:4]))
-    except ValueError:  # InvalidDomain
-        return None

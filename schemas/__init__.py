@@ -84,6 +84,7 @@ from schemas._message import (
     message_id,
 )
 from schemas._presence import Presence
+from schemas._status import DEAD_LETTER_QUOTE_MAX, CoordinatorStatus, DeadLetter
 from schemas._swarm_events import (
     AgentResult,
     Channel2Cycle,
@@ -116,11 +117,14 @@ __all__ = [
     "CommitBatch",
     "Committed",
     "Complete",
+    "CoordinatorStatus",
     "CtxbusError",
+    "DEAD_LETTER_QUOTE_MAX",
     "DEFAULT_MAX_PAYLOAD",
     "DOMAIN_TOKEN_MAX",
     "Decision",
     "DecodeError",
+    "DeadLetter",
     "Domain",
     "DoneItem",
     "DoneSummary",

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import time
-from typing import Annotated, Any
+from typing import Annotated
 
 import anyio
 import typer
@@ -12,8 +11,7 @@ from rich.live import Live
 from rich.table import Table
 
 from agents.brief import read_presence
-from bus import NatsClient, connect, gather, run_async
-from coordinator._service import STATUS_SUBJECT
+from bus import STATUS_SUBJECT, NatsClient, connect, gather, run_async
 from coordinator.cli._app import app
 from coordinator.cli._common import (
     DEFAULT_NATS_URL,
@@ -26,7 +24,7 @@ from coordinator.cli._common import (
     parse_domain,
     print_json,
 )
-from schemas import Domain, Presence
+from schemas import CoordinatorStatus, Domain, Presence, WireError
 
 __all__: list[str] = []
 
@@ -59,36 +57,46 @@ async def _status(urls: str, domain: Domain | None, as_json: bool) -> bool:
     client = await connect(bus_config(urls))
     try:
         answers = await gather(client, STATUS_SUBJECT, b"", wait=_STATUS_WAIT)
-        coordinators = sorted(filter(None, map(_coordinator_status, answers)), key=lambda c: str(c["coordinator"]))
+        coordinators = sorted(filter(None, map(_coordinator_status, answers)), key=lambda c: c.coordinator)
         agents = await read_presence(client, domain) if domain else []
     finally:
         await client.close()
     if as_json:
-        print_json({"coordinators": coordinators, "agents": [a.model_dump(mode="json") for a in agents]})
+        print_json(
+            {
+                "coordinators": [c.model_dump(mode="json") for c in coordinators],
+                "agents": [a.model_dump(mode="json") for a in agents],
+            }
+        )
     else:
         if not coordinators:
             console.print("[yellow]no coordinator answered[/]: start one with `ctxbus up` or `ctxbus coordinator`")
         for coord in coordinators:
             console.print(
-                f"coordinator [bold]{coord['coordinator']}[/] up {coord['uptime_s']:.0f}s: "
-                f"{coord['commits']} commits ({coord['commits_per_s']}/s), {len(coord['domains'])} domains, "
-                f"last error: {coord['last_error'] or 'none'}"
+                f"coordinator [bold]{coord.coordinator}[/] up {coord.uptime_s:.0f}s: "
+                f"{coord.commits} commits ({coord.commits_per_s}/s), {len(coord.domains)} domains, "
+                f"last error: {coord.last_error or 'none'}"
             )
         if domain is not None:
             console.print(_agents_table(domain, agents))
     return bool(coordinators)
 
 
-def _coordinator_status(answer: bytes) -> dict[str, Any] | None:
-    """A coordinator's status answer; None (and a note on stderr) for anything else."""
+def _coordinator_status(answer: bytes) -> CoordinatorStatus | None:
+    """A coordinator's status answer; None (and a note on stderr) for anything else.
+
+    Anything may answer on the status subject (another program, a coordinator of another
+    version): one bad answer must not hide the coordinators that did answer.
+    """
     try:
-        status = json.loads(answer)
-    except ValueError:
-        status = None
-    if not isinstance(status, dict) or not {"coordinator", "uptime_s", "commits"} <= status.keys():
-        errors.print(f"ignoring an answer on {STATUS_SUBJECT} that is not a coordinator's status: {answer[:60]!r}")
+        return CoordinatorStatus.decode(answer)
+    except WireError as exc:
+        errors.print(
+            f"ignoring an answer on {STATUS_SUBJECT} that is not a coordinator's status: {answer[:60]!r} ({exc})",
+            markup=False,  # the answer and the error quote it: a `[` in them is not markup
+            soft_wrap=True,  # one line, whatever the terminal's width, for grep
+        )
         return None
-    return status
 
 
 @app.command(rich_help_panel="Watching")

@@ -1,6 +1,8 @@
 """The event loop ctxbus processes run on: uvloop where installed, unless turned off."""
 
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -34,3 +36,34 @@ def test_zero_does_not_turn_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
 
 async def test_the_suite_runs_on_the_loop_ctxbus_picks() -> None:
     assert event_loop_name() == ("uvloop" if uses_uvloop() else "asyncio")
+
+
+_CALLS = """
+from bus import run_async
+
+
+async def job(count: int, name: str) -> bool:
+    return count > len(name)
+
+
+fine: bool = run_async(job, 1, "x")
+run_async(job, "1", "x")
+run_async(job, 1)
+wrong: str = run_async(job, 1, "x")
+"""
+
+
+def test_a_type_checker_matches_the_arguments_to_the_function(tmp_path: Path) -> None:
+    """`run_async` once took `*args: Any`, so mypy checked none of the CLI's calls."""
+    pytest.importorskip("mypy")
+    calls = tmp_path / "calls.py"
+    calls.write_text(_CALLS)
+    checked = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path / "cache"), str(calls)],
+        cwd=Path(__file__).resolve().parents[2],  # the project's mypy settings and packages
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    flagged = {int(line.split(":")[1]) for line in checked.stdout.splitlines() if ": error:" in line}
+    assert flagged == {10, 11, 12}, checked.stdout + checked.stderr

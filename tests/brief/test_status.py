@@ -1,0 +1,200 @@
+"""What a coordinator tells operators: its status answer and its dead letters, as models.
+
+Both cross a process boundary, so the reader validates them: `ctxbus status` must drop an
+answer that is not a coordinator's status rather than print (or crash on) it, and a
+dead letter reads the same whichever subject it came on.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import msgpack
+import pytest
+from nats.aio.msg import Msg
+
+import coordinator
+from agents.brief import Proposer
+from bus import (
+    GLOBAL_DLQ,
+    METRICS_SUBJECT,
+    STATUS_SUBJECT,
+    BusConfig,
+    Verb,
+    connect,
+    domain_of,
+    request,
+    routed,
+    subject,
+)
+from coordinator.cli._status_cmds import _coordinator_status, _status
+from schemas import (
+    DEAD_LETTER_QUOTE_MAX,
+    AddNote,
+    Committed,
+    CoordinatorStatus,
+    DeadLetter,
+    DecodeError,
+    Domain,
+    Envelope,
+    EnvelopeInvalid,
+    MessageType,
+)
+from tests._support import running_coordinator
+
+
+def _domain() -> Domain:
+    return Domain.parse(f"u{uuid.uuid4().hex[:8]}/s1/t1")
+
+
+# -- the status answer -----------------------------------------------------------------
+
+
+async def test_the_coordinators_answer_is_a_status_in_json(nats_url: str) -> None:
+    domain = _domain()
+    async with running_coordinator(nats_url, coordinator_id="c-status") as (client, _):
+        assert await Proposer(client, domain, agent_id="a").propose(AddNote(text="one")) == Committed(revision=1)
+        raw = await request(client, STATUS_SUBJECT, b"", timeout=5)
+    status = CoordinatorStatus.decode(raw)
+    assert status.coordinator == "c-status" and status.commits == 1
+    assert str(domain) in status.domains
+    # JSON an operator can read with `nats req`, holding every field of the model and no other.
+    assert json.loads(raw).keys() == CoordinatorStatus.model_fields.keys()
+
+
+_STATUS = CoordinatorStatus(coordinator="c1", uptime_s=3.5, commits=2, domains=("a/b/c",))
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"hello",
+        b"",
+        b"[1, 2]",
+        b'"c1"',
+        b'{"coordinator": "c1"}',
+        b'{"coordinator": "c1", "uptime_s": "a while", "commits": 2}',
+        b'{"coordinator": "c1", "uptime_s": 3, "commits": -1}',
+        b'{"coordinator": "c1", "uptime_s": 3, "commits": 2, "domains": "a/b/c"}',
+        b'{"coordinator": "", "uptime_s": 3, "commits": 2}',
+    ],
+)
+def test_an_answer_that_is_not_a_status_is_ignored_with_a_note(
+    answer: bytes, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _coordinator_status(answer) is None
+    err = capsys.readouterr().err
+    assert f"ignoring an answer on {STATUS_SUBJECT} that is not a coordinator's status" in err, err
+    with pytest.raises((DecodeError, EnvelopeInvalid)):
+        CoordinatorStatus.decode(answer)
+
+
+def test_a_status_reads_back_and_fields_it_does_not_know_are_ignored(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _coordinator_status(_STATUS.encode()) == _STATUS
+    newer = {**json.loads(_STATUS.encode()), "shards": 4}  # a newer coordinator's answer
+    assert _coordinator_status(json.dumps(newer).encode()) == _STATUS
+    assert capsys.readouterr().err == ""
+
+
+async def test_status_lists_the_coordinators_and_skips_an_impostor(
+    nats_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A JSON object with the right keys but wrong values is not a coordinator: the
+    command lists the real one only, and says what it ignored."""
+
+    async def impostor(msg: Msg) -> None:
+        await msg.respond(b'{"coordinator": "impostor", "uptime_s": "a while", "commits": 3}')
+
+    other = await connect(BusConfig(servers=[nats_url]))
+    try:
+        sub = await other.subscribe(STATUS_SUBJECT, cb=impostor)
+        await other.flush()
+        async with running_coordinator(nats_url, coordinator_id="c-listed"):
+            assert await _status(nats_url, None, True)
+        await sub.unsubscribe()
+    finally:
+        await other.close()
+    out, err = capsys.readouterr()
+    assert [c["coordinator"] for c in json.loads(out)["coordinators"]] == ["c-listed"]
+    assert 'not a coordinator\'s status: b\'{"coordinator": "impostor"' in err, err
+    assert "uptime_s" in err, "the note says what was wrong"
+
+
+# -- dead letters ----------------------------------------------------------------------
+
+
+async def test_dead_letters_are_reports_on_either_subject(nats_url: str) -> None:
+    domain = _domain()
+    garbage = b"\xc1" + b"x" * (2 * DEAD_LETTER_QUOTE_MAX)
+    async with running_coordinator(nats_url, coordinator_id="c-dlq") as (client, _):
+        dlq = await client.subscribe(subject(domain, Verb.DLQ))
+        global_dlq = await client.subscribe(GLOBAL_DLQ)
+        await request(client, subject(domain, Verb.PROPOSE), garbage, timeout=5)
+        await client.publish("ctx.bad\u00e9.s.t.propose", b"x")
+        in_domain = (await dlq.next_msg(timeout=5)).data
+        outside = (await global_dlq.next_msg(timeout=5)).data
+
+    envelope = Envelope.decode(in_domain)
+    assert envelope.type is MessageType.DEAD_LETTER and envelope.sender == "c-dlq" and envelope.domain == domain
+    letter = DeadLetter.of_envelope(envelope)
+    assert letter.reason == "DecodeError" and letter.subject == subject(domain, Verb.PROPOSE)
+    assert letter.size == len(garbage) and letter.payload_head == garbage[:DEAD_LETTER_QUOTE_MAX]
+    assert envelope.body["reason"] == "DecodeError", "readers of the plain body still find its fields"
+
+    bare = DeadLetter.decode(outside)
+    assert bare.reason == "bad_subject" and bare.subject == "ctx.bad\u00e9.s.t.propose" and bare.payload_head == b"x"
+    assert msgpack.unpackb(outside)["reason"] == "bad_subject", "still a plain msgpack map"
+
+
+def test_a_dead_letter_quotes_only_the_head_and_refuses_what_is_not_one() -> None:
+    letter = DeadLetter.of(reason="r", detail="d", subject="s", payload=b"y" * (DEAD_LETTER_QUOTE_MAX + 1))
+    assert letter.size == DEAD_LETTER_QUOTE_MAX + 1 and len(letter.payload_head) == DEAD_LETTER_QUOTE_MAX
+    assert DeadLetter.decode(letter.encode()) == letter
+    domain = _domain()
+    assert DeadLetter.of_envelope(Envelope.decode(letter.envelope(domain=domain, sender="c").encode())) == letter
+
+    with pytest.raises(EnvelopeInvalid, match="expected a dead_letter envelope"):
+        DeadLetter.of_envelope(Envelope(type=MessageType.EVENT, domain=domain, sender="c", body=letter.model_dump()))
+    with pytest.raises(EnvelopeInvalid, match="dead letter is invalid"):
+        DeadLetter.of_envelope(Envelope(type=MessageType.DEAD_LETTER, domain=domain, sender="c", body={"reason": "r"}))
+    with pytest.raises(EnvelopeInvalid):
+        DeadLetter.decode(msgpack.packb({**letter.model_dump(), "payload_head": b"z" * (DEAD_LETTER_QUOTE_MAX + 1)}))
+    with pytest.raises(DecodeError):
+        DeadLetter.decode(b"\xc1")
+
+
+# -- the subjects ----------------------------------------------------------------------
+
+
+def test_the_operator_subjects_are_global_and_the_coordinator_names_the_same() -> None:
+    """Operators and `docs/operations.md` name these subjects: they must not move."""
+    assert (STATUS_SUBJECT, METRICS_SUBJECT, GLOBAL_DLQ) == ("ctxbus.status", "ctxbus.metrics", "ctxbus.dlq")
+    assert (coordinator.STATUS_SUBJECT, coordinator.METRICS_SUBJECT, coordinator.GLOBAL_DLQ) == (
+        STATUS_SUBJECT,
+        METRICS_SUBJECT,
+        GLOBAL_DLQ,
+    )
+    for name in (STATUS_SUBJECT, METRICS_SUBJECT, GLOBAL_DLQ):
+        assert domain_of(name) is None
+
+
+@pytest.mark.parametrize("verb", list(Verb))
+def test_domain_of_reads_back_every_domain_subject(verb: Verb) -> None:
+    domain = _domain()
+    assert domain_of(subject(domain, verb)) == domain
+    assert domain_of(routed(subject(domain, verb), "coord-a")) == domain
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "ctx.u.s.propose",  # a token short
+        "ctx.u.s.t.propose.r.extra",  # a token long
+        "ctx.bad\u00e9.s.t.propose",  # a token no domain may have
+        "ctxbus.live.CTXBUS_TX.ctx.u",  # five valid tokens, but not under `ctx`
+        "other.u.s.t.propose",
+    ],
+)
+def test_domain_of_names_no_domain_for_other_subjects(name: str) -> None:
+    assert domain_of(name) is None
