@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from nats.aio.client import Client
 
-from bus._errors import CasConflict, LeaseHeld
+from bus._errors import CasConflict, LeaseHeld, StreamMissing
 from bus._kv import Bucket, BucketConfig
 from bus._subjects import LEASE_BUCKET
 from schemas import LeaseRecord, WireError
@@ -108,10 +108,19 @@ class Leases:
     async def read(self, key: str) -> Lease | None:
         """The current lease at `key`, or None if free (never claimed, released, expired).
 
+        A bucket lost with its server's store is created again (every lease is free then).
+
         :raises LeaseHeld: with `holder=None`, if the key holds a value that is not a
             lease record: it is not free (`claim` would fail), but nobody we know holds it.
         """
-        entry = await self._bucket.get(key)
+        try:
+            entry = await self._bucket.get(key)
+        except StreamMissing:
+            # A server that lost its store: the bucket is gone, and with it every lease.
+            # Create it again, as lease users may (a read that only failed would leave
+            # whoever reads before claiming unable to claim for good).
+            await self.ensure()
+            return None
         if entry is None or entry.value is None:
             return None
         try:

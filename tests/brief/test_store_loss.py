@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 
 from agents.brief import Proposer
-from bus import Bucket, BucketConfig, BusConfig, BusUnavailable, connect
+from bus import Bucket, BucketConfig, BusConfig, BusUnavailable, LeaseConfig, Leases, connect
 from bus.testing import ServerFactory
 from schemas import AddNote, Committed, Domain
 from tests._support import running_coordinator
@@ -56,5 +56,29 @@ async def test_a_bucket_write_after_the_server_lost_its_store_creates_the_bucket
                     await anyio.sleep(0.2)
         entry = await bucket.get("k")
         assert entry is not None and entry.value == b"after"
+    finally:
+        await client.close()
+
+
+async def test_a_lease_read_after_the_server_lost_its_store_finds_it_free_and_it_can_be_claimed(
+    nats_server_factory: ServerFactory, tmp_path: Path
+) -> None:
+    server = nats_server_factory()
+    client = await connect(BusConfig(servers=[server.url]))
+    try:
+        leases = Leases(client, LeaseConfig(bucket=f"L{uuid.uuid4().hex[:8]}"))
+        await leases.ensure()
+        await leases.claim("k", "before", ttl=60)
+        await anyio.to_thread.run_sync(server.kill)
+        nats_server_factory(port=server.port, data_dir=tmp_path / "empty")
+        with anyio.fail_after(30):
+            while True:
+                try:
+                    free = await leases.read("k")
+                    break
+                except BusUnavailable:
+                    await anyio.sleep(0.2)
+        assert free is None
+        assert (await leases.claim("k", "after", ttl=60)).record.holder == "after"
     finally:
         await client.close()
