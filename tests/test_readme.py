@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
+
+from tests.cli._procs import Command
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -19,10 +20,11 @@ def _python_block_after(heading: str) -> str:
 def test_the_library_example_runs(tmp_path: Path) -> None:
     script = tmp_path / "example.py"
     script.write_text(_python_block_after("## As a library"))
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run(
-        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120
-    )
-    assert done.returncode == 0, done.stderr
-    assert "ToolOutcome(" in done.stdout
+    # The example's EmbeddedServer keeps its store in a temp dir: under tmp_path here. Should
+    # the example hang, its nats-server (in a session of its own) is killed with it.
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp_path)}
+    with Command(str(script), env=env, program=[sys.executable], cwd=tmp_path) as example:
+        out, err = example.finish(timeout=120)
+    assert example.proc.returncode == 0, err
+    assert "ToolOutcome(" in out
     assert (tmp_path / "a1.db").is_file(), "the agent keeps its store where the example says"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
+import threading
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -18,6 +18,7 @@ from nats.aio.msg import Msg
 
 from agents.brief import BriefReplica, ProposalUnanswered, Proposer
 from bus import (
+    TX_STREAM,
     BriefLog,
     BriefState,
     BusConfig,
@@ -34,6 +35,7 @@ from bus.testing import ServerFactory
 from coordinator import GLOBAL_DLQ, METRICS_SUBJECT, STATUS_SUBJECT, Coordinator, CoordinatorConfig
 from coordinator._metrics import Metrics
 from schemas import (
+    AddConstraint,
     AddDecision,
     AddNote,
     AddPending,
@@ -56,8 +58,10 @@ from schemas import (
     UsageError,
     apply,
     brief_hash,
+    render_brief,
 )
 from tests._support import running_coordinator
+from tests.brief.helpers import words
 
 
 def _domain() -> Domain:
@@ -130,6 +134,12 @@ async def test_retried_key_is_answered_with_the_original_revision(running: tuple
     assert state.brief.revision == 1 and len(state.brief.pending) == 1
 
 
+async def _forget_log_through(client: NatsClient, domain: Domain, seq: int) -> None:
+    """Delete the domain's log entries up to stream sequence `seq`: from then on only a
+    reader that starts after `seq` (from a snapshot or a saved state) rebuilds the brief."""
+    await client.jetstream().purge_stream(TX_STREAM, subject=subject(domain, Verb.TX), seq=seq + 1)
+
+
 async def test_late_joiner_uses_the_snapshot_and_resumes_without_full_replay(
     running: tuple[NatsClient, TaskGroup],
 ) -> None:
@@ -139,23 +149,33 @@ async def test_late_joiner_uses_the_snapshot_and_resumes_without_full_replay(
     for i in range(12):
         assert isinstance(await agent.propose(AddPending(text=f"item {i}")), Committed)
     log = BriefLog(client)
-    with anyio.fail_after(5):
-        while (snap := await log.load_snapshot(domain)).seq == 0:
-            await anyio.sleep(0.05)  # the snapshot is written after the 5th/10th commit
-    assert snap.brief.revision in (5, 10)
+    with anyio.fail_after(10):
+        while (snap := await log.load_snapshot(domain)).brief.revision < 10:
+            await anyio.sleep(0.05)  # snapshot_every=5: the latest is written after the 10th commit
+    assert snap.brief.revision == 10
+    replayed = await log.catch_up(BriefState(TaskBrief(domain=domain), 0))  # the whole log, while it is whole
+    assert replayed.brief.revision == 12
+    await _forget_log_through(client, domain, snap.seq)
+    assert (await log.catch_up(BriefState(TaskBrief(domain=domain), 0))).brief.revision != 12
     late = BriefReplica(client, domain)
     await tg.start(late.run)
     assert late.revision == 12
-    full = await log.catch_up(snap)
-    assert brief_hash(full.brief) == late.hash
-    # A replica restarted from a saved state catches up from there.
+    assert late.hash == brief_hash(replayed.brief)
+
+    # A replica restarted from a saved state catches up from there. Two more commits keep
+    # the next snapshot (due at the 15th) away, so the snapshot alone would not do either.
     saved = late.state
-    for i in range(3):
-        await agent.propose(AddPending(text=f"later {i}"))
+    for i in range(2):
+        assert isinstance(await agent.propose(AddPending(text=f"later {i}")), Committed)
+    latest = await log.load(domain)
+    assert latest.brief.revision == 14
+    await _forget_log_through(client, domain, saved.seq)
+    assert (await log.load_snapshot(domain)).brief.revision == 10
+    assert (await log.load(domain)).brief.revision != 14, "the log no longer leads from the snapshot to the end"
     resumed = BriefReplica(client, domain, resume_from=saved)
     await tg.start(resumed.run)
-    assert resumed.revision == 15
-    assert resumed.hash == brief_hash((await log.load(domain)).brief)
+    assert resumed.revision == 14
+    assert resumed.hash == brief_hash(latest.brief)
 
 
 async def test_bad_input_is_rejected_dead_lettered_and_service_goes_on(
@@ -238,10 +258,10 @@ async def test_closed_domain_is_purged_after_the_grace_and_stays_closed(nats_url
     domain = _domain()
     async with running_coordinator(nats_url, coordinator_id="c2", close_grace=0.5, snapshot_every=1) as (client, _):
         agent = Proposer(client, domain, agent_id="a")
-        await agent.propose(AddPending(text="last thing"))
-        assert await agent.propose(Close(reason="done"), key="close") == Committed(revision=2)
+        assert await agent.propose(AddPending(text="last thing")) == Committed(revision=1)
         log = BriefLog(client)
-        assert (await log.load(domain)).brief.pending
+        assert (await log.load(domain)).brief.pending  # read before the close starts the grace
+        assert await agent.propose(Close(reason="done"), key="close") == Committed(revision=2)
         with anyio.fail_after(10):
             while await log.end(domain):
                 await anyio.sleep(0.1)
@@ -286,7 +306,8 @@ async def test_a_purge_that_meets_an_outage_is_retried_and_the_coordinator_serve
 ) -> None:
     server = nats_server_factory()
     domain = _domain()
-    async with running_coordinator(server.url, coordinator_id="c-outage", close_grace=0.5) as (client, _):
+    # The grace must outlast the kill below: a purge done before it would never fail.
+    async with running_coordinator(server.url, coordinator_id="c-outage", close_grace=3.0) as (client, _):
         agent = Proposer(client, domain, agent_id="a")
         assert await agent.propose(Close(reason="done")) == Committed(revision=1)
         await anyio.to_thread.run_sync(server.kill)
@@ -480,6 +501,108 @@ async def test_a_coordinator_holding_too_many_proposals_answers_busy(nats_url: s
         assert sorted(commit.key for entry in entries for commit in commits_of(entry)) == [f"k{i}" for i in range(8)]
 
 
+async def test_a_batch_too_large_for_one_log_entry_is_split_and_all_of_it_committed(
+    nats_server_factory: ServerFactory,
+) -> None:
+    """On a server taking 8 KiB messages, 20 proposals of ~1 kB each reach the coordinator
+    together: no log entry can hold them all, so the batch is split until each part fits."""
+    server = nats_server_factory(max_payload=8 * 1024)
+    domain = _domain()
+    count = 20
+    async with running_coordinator(server.url, coordinator_id="c-split") as (client, _):
+        inbox = client.new_inbox()
+        answers = await client.subscribe(f"{inbox}.*")
+        for i in range(count):  # one write: taken in before the committer runs, as one batch
+            op = AddNote(text=f"{i:02d} " + "n" * 1000)
+            body = Proposal(domain=domain, author="a", op=op, key=f"k{i}").model_dump(mode="json")
+            envelope = Envelope(type=MessageType.PROPOSAL, domain=domain, sender="a", body=body)
+            await client.publish(subject(domain, Verb.PROPOSE), envelope.encode(), reply=f"{inbox}.{i}")
+        replies = {}
+        with anyio.fail_after(30):
+            while len(replies) < count:  # asked once each: a batch that failed would go unanswered
+                msg = await answers.next_msg(timeout=30)
+                replies[msg.subject.rsplit(".", 1)[1]] = ReplyAdapter.validate_python(Envelope.decode(msg.data).body)
+        await answers.unsubscribe()
+        status = json.loads(await request(client, STATUS_SUBJECT, b"", timeout=5))
+        entries = [entry async for entry in BriefLog(client).txlog.read(subject(domain, Verb.TX))]
+    assert all(isinstance(reply, Committed) for reply in replies.values()), replies
+    assert sorted(reply.revision for reply in replies.values() if isinstance(reply, Committed)) == list(
+        range(1, count + 1)
+    )
+    per_entry = [commits_of(entry) for entry in entries]
+    assert [c.revision for commits in per_entry for c in commits] == list(range(1, count + 1))
+    assert sorted(c.key for commits in per_entry for c in commits) == sorted(f"k{i}" for i in range(count))
+    assert len(per_entry) > 1 and max(map(len, per_entry)) > 1, [len(commits) for commits in per_entry]
+    assert status["last_error"] is None, status["last_error"]
+
+
+async def test_a_log_that_keeps_moving_through_every_attempt_is_answered_busy(nats_url: str) -> None:
+    """With one compare-and-set allowed, a proposal judged on a cache that another writer
+    has moved past loses its only attempt: it is answered `busy`, not committed, and its
+    retry (same key) is committed on the brief reloaded meanwhile."""
+    async with running_coordinator(nats_url, coordinator_id="c-cas", cas_retries=1) as (client, _):
+        domain, agent = await _cached_domain(client)
+        moved = await _commit_behind_its_back(client, domain, AddPending(text="made elsewhere"))
+        body = Proposal(domain=domain, author="a", op=AddNote(text="mine"), key="k-busy").model_dump(mode="json")
+        envelope = Envelope(type=MessageType.PROPOSAL, domain=domain, sender="a", body=body)
+        raw = await request(client, subject(domain, Verb.PROPOSE), envelope.encode(), timeout=10)
+        answer = ReplyAdapter.validate_python(Envelope.decode(raw).body)
+        assert isinstance(answer, Rejection) and answer.code is RejectionCode.BUSY, answer
+        assert f"the log of {domain} kept moving during 1 attempts" in answer.reason
+        log = BriefLog(client)
+        assert await log.end(domain) == moved.seq, "a busy proposal is not appended"
+        status = json.loads(await request(client, STATUS_SUBJECT, b"", timeout=5))
+        assert "gave up after 1 conflicts" in status["last_error"]
+        assert await agent.propose(AddNote(text="mine"), key="k-busy") == Committed(revision=3)
+        assert [n.text for n in (await log.load(domain)).brief.notes] == ["warm the cache", "mine"]
+
+
+async def test_a_brief_over_its_budget_is_folded_and_keeps_its_decisions_and_constraints(nats_url: str) -> None:
+    """With a brief budget, the coordinator folds old done items after the commits that
+    push the rendered brief over it; goal, constraints and decisions are never folded,
+    and every done item's fact is kept."""
+    budget, tasks = 100, 15
+    domain = _domain()
+    config = {"coordinator_id": "c-fold", "brief_budget_tokens": budget, "count_tokens": words}
+    settled = [
+        SetGoal(text="ship the cache"),
+        AddConstraint(text="never edit vendor/"),
+        AddConstraint(text="no new dependencies"),
+        AddDecision(option="lru eviction", rationale="simplest"),
+    ]
+    async with running_coordinator(nats_url, **config) as (client, _):
+        agent = Proposer(client, domain, agent_id="a")
+        log = BriefLog(client)
+        for op in settled:
+            assert isinstance(await agent.propose(op), Committed)
+        for i in range(tasks):
+            assert isinstance(await agent.propose(AddPending(text=f"task {i}")), Committed)
+            item = (await log.load(domain)).brief.pending[-1]
+            assert isinstance(await agent.propose(Complete(item_id=item.id, outcome="ok")), Committed)
+        with anyio.fail_after(10):  # the fold follows the commit it answers
+            while words(render_brief((final := await log.load(domain)).brief)) > budget:
+                await anyio.sleep(0.05)
+        entries = [entry async for entry in log.txlog.read(subject(domain, Verb.TX))]
+
+    state, folds = BriefState(TaskBrief(domain=domain), 0), 0
+    for entry in entries:
+        before, state = state, BriefLog.apply_entry(state, entry)
+        if any(commit.op.op == "fold_done" for commit in commits_of(entry)):
+            folds += 1
+            assert [(c.author, c.committed_by) for c in commits_of(entry)] == [("c-fold:fold", "c-fold")]
+            assert words(render_brief(before.brief)) > budget, "folded a brief within its budget"
+            assert words(render_brief(state.brief)) <= budget
+    assert folds >= 1
+    assert state.brief == final.brief
+    brief, text = final.brief, render_brief(final.brief)
+    assert brief.goal is not None and brief.goal.text == "ship the cache"
+    assert [c.text for c in brief.constraints] == ["never edit vendor/", "no new dependencies"]
+    assert [d.option for d in brief.decisions] == ["lru eviction"]
+    assert brief.done_summary is not None and brief.done_summary.facts
+    assert len(brief.done_summary.facts) + len(brief.done) == tasks
+    assert [f"task {i} -> ok" for i in range(tasks) if f"task {i} -> ok" not in text] == []
+
+
 class _FailsFirstBatch(Coordinator):
     """A coordinator whose first batch fails as if the log were away (ours to break, not
     a stand-in for a dependency: the bus and server under it are real)."""
@@ -555,30 +678,38 @@ def _reply_envelope(reply: Reply) -> bytes:
     ).encode()
 
 
-class _SnapshotsBlock(Coordinator):
-    """A coordinator whose snapshot holds its event loop for 2 s, as encoding a large
-    brief does; it notes when that ended."""
+_BLOCK_AT_MOST = 20.0
+"""Seconds the blocking snapshot below waits for the answer to arrive elsewhere: a hang
+guard, far above the milliseconds an answer takes."""
 
-    blocked_until = 0.0
+
+class _SnapshotsBlock(Coordinator):
+    """A coordinator whose snapshot holds its event loop, as encoding a large brief does,
+    until a proposer on another event loop says it has its answer; it notes whether that
+    happened while the loop was held."""
+
+    def __init__(self, client: NatsClient, config: CoordinatorConfig) -> None:
+        super().__init__(client, config)
+        self.answered = threading.Event()
+        self.answered_while_blocked: bool | None = None
 
     async def _snapshot(self, state: Any) -> None:
-        time.sleep(2)
-        self.blocked_until = time.monotonic()
+        self.answered_while_blocked = self.answered.wait(_BLOCK_AT_MOST)
 
 
-def _propose_from_another_loop(url: str, domain: Domain) -> float:
-    """Propose once from a thread with its own event loop; return when the answer came."""
+def _propose_from_another_loop(url: str, domain: Domain, answered: threading.Event) -> None:
+    """Propose once from a thread with its own event loop; set `answered` when the answer came."""
 
-    async def propose() -> float:
+    async def propose() -> None:
         client = await connect(BusConfig(servers=[url]))
         try:
             reply = await Proposer(client, domain, agent_id="a").propose(AddNote(text="first"))
             assert isinstance(reply, Committed) and reply.revision == 1, reply
-            return time.monotonic()
+            answered.set()
         finally:
             await client.close()
 
-    return run_async(propose)
+    run_async(propose)
 
 
 async def test_a_batch_is_answered_before_the_housekeeping_after_it(nats_url: str) -> None:
@@ -589,12 +720,12 @@ async def test_a_batch_is_answered_before_the_housekeeping_after_it(nats_url: st
     try:
         async with anyio.create_task_group() as tg:
             await tg.start(coordinator.run)
-            with anyio.fail_after(30):
-                answered_at = await anyio.to_thread.run_sync(_propose_from_another_loop, nats_url, _domain())
+            with anyio.fail_after(_BLOCK_AT_MOST + 40):
+                await anyio.to_thread.run_sync(_propose_from_another_loop, nats_url, _domain(), coordinator.answered)
             tg.cancel_scope.cancel()
     finally:
         await client.close()
-    assert 0 < answered_at < coordinator.blocked_until
+    assert coordinator.answered_while_blocked is True
 
 
 def test_metrics_escape_a_coordinator_id_that_would_break_the_exposition_format() -> None:

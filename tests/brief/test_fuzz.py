@@ -18,13 +18,10 @@ from tests._support import running_coordinator
 
 DOMAIN = Domain.parse(f"fuzz/s/{uuid.uuid4().hex[:8]}")
 
+wire_ints = st.integers(-(2**63), 2**64 - 1)
+"""Every integer msgpack can carry: a bigger one cannot be sent at all, so it proves nothing."""
 scalars = (
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**63), 2**64 - 1)
-    | st.floats(allow_nan=False)
-    | st.text(max_size=40)
-    | st.binary(max_size=40)
+    st.none() | st.booleans() | wire_ints | st.floats(allow_nan=False) | st.text(max_size=40) | st.binary(max_size=40)
 )
 values = st.recursive(
     scalars,
@@ -69,7 +66,7 @@ bodies = st.fixed_dictionaries(
         "domain": st.sampled_from([str(DOMAIN), "a/b", "x/y/z"]) | values,
         "author": st.text(max_size=200) | values,
         "key": st.text(max_size=200) | values,
-        "base_revision": st.integers() | values,
+        "base_revision": wire_ints | values,
         "op": op_bodies | values,
         "extra": values,
     },
@@ -85,11 +82,7 @@ async def served(nats_url: str) -> AsyncIterator[NatsClient]:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(body=bodies)
 async def test_any_body_gets_an_answer(served: NatsClient, body: dict[str, Any]) -> None:
-    envelope = Envelope(type=MessageType.PROPOSAL, domain=DOMAIN, sender="fuzzer", body=body)
-    try:
-        data = envelope.encode()
-    except Exception:  # not even encodable (e.g. too big): nothing to send
-        return
+    data = Envelope(type=MessageType.PROPOSAL, domain=DOMAIN, sender="fuzzer", body=body).encode()  # every body fits
     reply = ReplyAdapter.validate_python(
         Envelope.decode(await request(served, subject(DOMAIN, Verb.PROPOSE), data, timeout=5)).body
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
+from functools import partial
 
 import anyio
 import pytest
@@ -75,6 +76,53 @@ async def test_serve_runs_handlers_at_once_and_answers_each(nats_client: Client)
     assert answers == {b"x": b"X", b"y": b"Y"}
 
 
+async def test_serve_runs_at_most_max_in_flight_handlers_and_the_next_waits_its_turn(nats_client: Client) -> None:
+    subject = f"test.limit.{uuid.uuid4().hex[:8]}"
+    holding = most = 0
+    both_held, release, waited = anyio.Event(), anyio.Event(), anyio.Event()
+
+    async def handler(msg: Request) -> bytes:
+        nonlocal holding, most
+        if msg.data != b"hold":
+            waited.set()
+            return msg.data.upper()
+        holding += 1
+        most = max(most, holding)
+        if holding == 2:
+            both_held.set()
+        await release.wait()
+        holding -= 1
+        return b"released"
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(partial(serve, nats_client, subject, handler, max_in_flight=2))
+        held: list[bytes] = []
+
+        async def hold() -> None:
+            held.append(await request(nats_client, subject, b"hold", timeout=30))
+
+        async with anyio.create_task_group() as holders:
+            holders.start_soon(hold)
+            holders.start_soon(hold)
+            with anyio.fail_after(10):
+                await both_held.wait()
+            # Two handlers hold both places: a third request is taken in, but its handler
+            # waits, so it cannot be answered however long the wait.
+            try:
+                early: bytes | None = await request(nats_client, subject, b"x", timeout=0.5)
+            except BusUnavailable:
+                early = None
+            ran_early = waited.is_set()
+            release.set()
+        with anyio.fail_after(10):
+            await waited.wait()  # its turn came once a place was free: it was not dropped
+        assert await request(nats_client, subject, b"y", timeout=5) == b"Y"
+        tg.cancel_scope.cancel()
+    assert (early, ran_early) == (None, False), "a third handler ran while two held both places"
+    assert held == [b"released", b"released"]
+    assert most == 2
+
+
 async def test_gather_collects_every_answer_and_none_when_nobody_listens(nats_client: Client) -> None:
     subject = f"test.gather.{uuid.uuid4().hex[:8]}"
     assert await gather(nats_client, subject, b"?", wait=0.3) == []
@@ -88,7 +136,8 @@ async def test_gather_collects_every_answer_and_none_when_nobody_listens(nats_cl
     async with anyio.create_task_group() as tg:
         for name in (b"a", b"b", b"c"):
             await tg.start(serve, nats_client, subject, answering(name))
-        assert sorted(await gather(nats_client, subject, b"?", wait=1.0)) == [b"a?", b"b?", b"c?"]
+        # `gather` always waits this long: enough for three answers on a loaded machine.
+        assert sorted(await gather(nats_client, subject, b"?", wait=3.0)) == [b"a?", b"b?", b"c?"]
         tg.cancel_scope.cancel()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -23,37 +24,48 @@ async def test_start_publish_stop_restart_keeps_data(tmp_path: Path) -> None:
         assert server.running and server.port > 0
         assert "sync_interval: always" in server.config_path.read_text()
         client = await connect(BusConfig(servers=[server.url]))
-        log = TxLog(client)
-        await log.ensure()
-        assert await log.append(SUBJECT, b"kept", "m1") == 1
-        await client.close()
+        try:
+            log = TxLog(client)
+            await log.ensure()
+            assert await log.append(SUBJECT, b"kept", "m1") == 1
+        finally:
+            await client.close()
         port = server.port
         server.restart()
         assert server.port == port
         client = await connect(BusConfig(servers=[server.url]))
-        assert [e.payload async for e in TxLog(client).read(SUBJECT)] == [b"kept"]
-        await client.close()
+        try:
+            assert [e.payload async for e in TxLog(client).read(SUBJECT)] == [b"kept"]
+        finally:
+            await client.close()
     assert not server.running
     # A stopped server starts again on its store: data outlives the process.
     with EmbeddedServer(tmp_path / "nats", port=port) as again:
         client = await connect(BusConfig(servers=[again.url]))
-        assert await TxLog(client).last_seq(SUBJECT) == 1
-        await client.close()
+        try:
+            assert await TxLog(client).last_seq(SUBJECT) == 1
+        finally:
+            await client.close()
 
 
 def test_temporary_store_is_removed_on_stop() -> None:
     server = EmbeddedServer().start()
-    data_dir = server.data_dir
-    assert (data_dir / "nats-server.log").exists()
-    server.stop()
+    try:
+        data_dir = server.data_dir
+        assert (data_dir / "nats-server.log").exists()
+    finally:
+        server.stop()
     assert not data_dir.exists()
     assert "stopped" in repr(server)
 
 
 def test_port_in_use_is_reported_with_the_server_log(nats_server: EmbeddedServer, tmp_path: Path) -> None:
     clash = EmbeddedServer(tmp_path, port=nats_server.port, start_timeout=5)
-    with pytest.raises(ServerError, match="exited with code") as caught:
-        clash.start()
+    try:
+        with pytest.raises(ServerError, match="exited with code") as caught:
+            clash.start()
+    finally:
+        clash.stop()  # had it started after all
     assert "address already in use" in str(caught.value)
     assert not clash.running
 
@@ -75,13 +87,14 @@ def test_port_unknown_before_start() -> None:
 
 
 def test_a_second_server_on_one_store_is_refused_until_the_first_stops(tmp_path: Path) -> None:
-    first = EmbeddedServer(tmp_path / "store").start()
-    try:
-        second = EmbeddedServer(tmp_path / "store")
+    first, second = EmbeddedServer(tmp_path / "store"), EmbeddedServer(tmp_path / "store")
+    with ExitStack() as stops:  # both stopped whatever fails
+        stops.callback(first.stop)
+        stops.callback(second.stop)
+        first.start()
         with pytest.raises(ServerError, match=rf"in use by another server \(pid {first.pid}\).*--data-dir"):
             second.start()
         assert not second.running
-    finally:
         first.stop()
-    second.start()  # the store is free again
-    second.stop()
+        second.start()  # the store is free again
+        assert second.running

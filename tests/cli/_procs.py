@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -82,20 +82,26 @@ class Process:
 
 
 class Command:
-    """`python -m coordinator.cli *args` as a context manager.
+    """`python -m coordinator.cli *args` as a context manager (or `*program, *args`, for
+    another program that starts servers or workers, such as a script of the README).
 
     Its stdout and stderr are read on threads, so `readline()` and `finish()` fail the test
     after a deadline instead of hanging it. On exit the process and everything below it are
     SIGKILLed if still running, including children seen earlier that it may have orphaned.
     """
 
-    def __init__(self, *args: str, env: dict[str, str]) -> None:
+    def __init__(
+        self, *args: str, env: dict[str, str], program: Sequence[str] | None = None, cwd: Path | None = None
+    ) -> None:
+        command = [*program] if program is not None else [sys.executable, "-m", "coordinator.cli"]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "coordinator.cli", *args],
+            [*command, *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
             text=True,
             env=env,
+            cwd=cwd,
         )
         assert self.proc.stdout is not None and self.proc.stderr is not None
         self._lines: queue.Queue[str] = queue.Queue()

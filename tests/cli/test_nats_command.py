@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import anyio.to_thread
@@ -15,28 +13,28 @@ from nats.aio.msg import Msg
 from bus import BusConfig, EmbeddedServer, TxLog, connect
 from bus.testing import ServerFactory
 from coordinator import STATUS_SUBJECT
-from tests.cli._procs import Command
+from tests.cli._procs import READ_TIMEOUT, Command
 
 
 def _env(state_dir: Path) -> dict[str, str]:
     return {**os.environ, "CTXBUS_STATE_DIR": str(state_dir), "COLUMNS": "200"}
 
 
-def _ctxbus(*args: str, env_dir: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "coordinator.cli", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=_env(env_dir),
-    )
+def _ctxbus(*args: str, env_dir: Path, timeout: float = READ_TIMEOUT) -> tuple[int, str, str]:
+    """Run `ctxbus *args` to its end: exit code, stdout, stderr. Past `timeout` the test
+    fails, and the command is killed with whatever it started (a nats-server runs in a
+    session of its own, so killing the CLI alone would leave it running)."""
+    with Command(*args, env=_env(env_dir)) as cli:
+        out, err = cli.finish(timeout)
+    assert cli.proc.returncode is not None
+    return cli.proc.returncode, out, err
 
 
 def test_version_and_help(tmp_path: Path) -> None:
-    out = subprocess.run([sys.executable, "-m", "coordinator.cli", "--version"], capture_output=True, text=True)
-    assert out.returncode == 0 and out.stdout.startswith("ctxbus ")
-    helped = subprocess.run([sys.executable, "-m", "coordinator.cli", "nats", "--help"], capture_output=True, text=True)
-    assert helped.returncode == 0 and "sync_interval:" in helped.stdout
+    code, out, _ = _ctxbus("--version", env_dir=tmp_path)
+    assert code == 0 and out.startswith("ctxbus ")
+    code, out, _ = _ctxbus("nats", "--help", env_dir=tmp_path)
+    assert code == 0 and "sync_interval:" in out
 
 
 async def test_nats_runs_in_the_foreground_and_stops_on_sigterm(tmp_path: Path) -> None:
@@ -68,9 +66,8 @@ async def test_nats_runs_in_the_foreground_and_stops_on_sigterm(tmp_path: Path) 
 
 
 def test_port_in_use_is_one_line_with_a_hint(nats_server: EmbeddedServer, tmp_path: Path) -> None:
-    proc = _ctxbus("nats", "--port", str(nats_server.port), env_dir=tmp_path)
-    _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 1
+    code, _, err = _ctxbus("nats", "--port", str(nats_server.port), env_dir=tmp_path)
+    assert code == 1
     assert err.strip().splitlines() == [
         f"ctxbus: error: port {nats_server.port} on 127.0.0.1 is already in use "
         "(another NATS server?); pick another with --port, or --port 0 for any free one"
@@ -91,16 +88,14 @@ def test_port_in_use_is_one_line_with_a_hint(nats_server: EmbeddedServer, tmp_pa
     ],
 )
 def test_bad_arguments_exit_2_with_a_reason(args: list[str], says: str, tmp_path: Path) -> None:
-    proc = _ctxbus(*args, env_dir=tmp_path)
-    _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 2
+    code, _, err = _ctxbus(*args, env_dir=tmp_path)
+    assert code == 2
     assert says in err
 
 
 def test_unreachable_server_is_one_line_with_a_hint(tmp_path: Path) -> None:
-    proc = _ctxbus("brief", "show", "-d", "a/b/c", "--nats", "nats://127.0.0.1:9", env_dir=tmp_path)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 1
+    code, _, err = _ctxbus("brief", "show", "-d", "a/b/c", "--nats", "nats://127.0.0.1:9", env_dir=tmp_path, timeout=60)
+    assert code == 1
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     assert lines[0].startswith("ctxbus: error: could not connect to nats://127.0.0.1:9")
@@ -133,10 +128,11 @@ async def test_status_without_a_coordinator_exits_1_whatever_else_answers(
 
         await client.subscribe(STATUS_SUBJECT, cb=stranger)
         await client.flush()
-        proc = _ctxbus("status", "--nats", server.url, env_dir=tmp_path)
-        out, err = await anyio.to_thread.run_sync(lambda: proc.communicate(timeout=60))
+        code, out, err = await anyio.to_thread.run_sync(
+            lambda: _ctxbus("status", "--nats", server.url, env_dir=tmp_path, timeout=60)
+        )
     finally:
         await client.close()
-    assert proc.returncode == 1, err
+    assert code == 1, err
     assert "no coordinator answered" in out
     assert "ignoring an answer on ctxbus.status that is not a coordinator's status: b'hello'" in err

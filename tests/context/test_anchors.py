@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.context import ContextConfig, LocalContext, Tokenizer
+from agents.context import Composition, ContextConfig, LocalContext, Tokenizer
 from tests.context.conftest import MakeContext, add_raw, anchors_dir, load_session, probes_for
 
 BUDGET = 16_000
@@ -32,14 +32,15 @@ def _kept_layers(ctx: LocalContext) -> str:
     return "\n".join(item.text for view in ctx.inspect() if view.name in ("pinned", "summary") for item in view.items)
 
 
-def _replay(ctx: LocalContext, messages: list[dict[str, object]]) -> None:
-    """Compose before every model call (each assistant message), then at the final message."""
+def _replay(ctx: LocalContext, messages: list[dict[str, object]]) -> Composition:
+    """Compose before every model call (each assistant message), then at the final message;
+    returns that last composition: the final prompt."""
     for index, message in enumerate(messages[:-1]):
         if message["role"] == "assistant" and index:
             report = ctx.compose().report
             assert report.total <= report.budget
         add_raw(ctx, message)
-    ctx.compose()
+    return ctx.compose()
 
 
 @pytest.mark.parametrize("path", _sessions(), ids=lambda p: p.stem[:48])
@@ -60,12 +61,26 @@ def test_early_constraints_survive_real_sessions_at_16k(
         ctx.close()
 
 
-def test_mini_swe_rules_are_in_every_final_prompt(transcripts: Path) -> None:
+def test_mini_swe_rules_are_in_every_final_prompt(transcripts: Path, tmp_path: Path, tokenizer: Tokenizer) -> None:
+    """Each of the 17 mini-swe-agent sessions replayed at 16k: the messages of its final
+    prompt, as sent to the model, hold every rule its first user message stated."""
     files = sorted((transcripts / "mini-swe-agent").glob("*.jsonl"))
     assert len(files) == 17, "the README lists 17 mini-swe-agent sessions"
-    assert all(
-        "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && cat patch.txt" in probes_for(transcripts, f) for f in files
-    )
+    for path in files:
+        rules = probes_for(transcripts, path)
+        assert "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && cat patch.txt" in rules
+        ctx = LocalContext(
+            tmp_path / f"{path.stem}.db", "anchors/mini-swe/s", config=ContextConfig(window=BUDGET), tokenizer=tokenizer
+        )
+        try:
+            final = _replay(ctx, load_session(path))
+            history = sum(e.tokens for e in ctx._state.entries)
+        finally:
+            ctx.close()
+        assert history > final.report.budget >= final.report.total, f"{path.name}: nothing had to be trimmed"
+        prompt = "\n".join(str(message["content"]) for message in final.messages)
+        missing = [rule for rule in rules if rule not in prompt]
+        assert not missing, f"{path.name}: not in the final prompt: {missing}"
 
 
 def test_early_constraints_survive_long_generated_history(make_ctx: MakeContext) -> None:

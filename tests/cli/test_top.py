@@ -1,0 +1,65 @@
+"""`ctxbus top` as a user watches it: a live table that follows the agents' heartbeats."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+import uuid
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+import pytest
+
+from agents.brief import PresenceBeacon
+from bus import NatsClient
+from schemas import Domain, Presence
+from tests.cli._procs import READ_TIMEOUT, Command
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def _shows_row(top: Command, *cells: str) -> bool:
+    """Read the live view until a table row shows every one of `cells` (True), or until
+    `top` ends or READ_TIMEOUT passes (False): the view is redrawn all the time, so lines
+    keep coming whether or not the row ever does."""
+    deadline = time.monotonic() + READ_TIMEOUT
+    try:
+        while time.monotonic() < deadline:
+            line = _ANSI.sub("", top.readline())
+            if not line:
+                return False
+            if all(cell in line for cell in cells):
+                return True
+    except pytest.fail.Exception:  # no line at all for READ_TIMEOUT
+        pass
+    return False
+
+
+async def test_top_shows_an_agent_while_its_heartbeat_lives(
+    nats_url: str, nats_client: NatsClient, tmp_path: Path
+) -> None:
+    domain = Domain.parse(f"top/s/{uuid.uuid4().hex[:8]}")
+    # As in a terminal, so the table is redrawn at every refresh rather than once at the end.
+    env = {**os.environ, "CTXBUS_STATE_DIR": str(tmp_path), "COLUMNS": "200"}
+    env |= {"TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1", "TERM": "xterm"}
+    agent = ("agent-7", "firm", "1,500 / 4,000", "12,345")
+
+    def heartbeat() -> Presence:
+        return Presence(agent="agent-7", band="firm", unused_tokens=1500, tail_tokens=4000, prompt_tokens=12345)
+
+    with Command("top", "-d", str(domain), "--nats", nats_url, "--interval", "0.2", env=env) as top:
+        assert await anyio.to_thread.run_sync(_shows_row, top, "no live agents"), top.stderr
+        async with anyio.create_task_group() as tg:
+            await tg.start(PresenceBeacon(nats_client, domain, "agent-7", heartbeat, interval=0.2).run)
+            shown = await anyio.to_thread.run_sync(_shows_row, top, *agent)
+            tg.cancel_scope.cancel()
+        assert shown, f"no row {agent} while the agent's heartbeat lived; stderr:\n{top.stderr}"
+        # The agent is gone: once its heartbeat expires (1 s here), so is its row.
+        assert await anyio.to_thread.run_sync(_shows_row, top, "no live agents"), top.stderr
+        top.proc.send_signal(signal.SIGINT)
+        _, err = await anyio.to_thread.run_sync(top.finish)
+    assert top.proc.returncode in (0, 130), err
+    assert "Traceback" not in err, err
