@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -11,6 +12,7 @@ from anyio.abc import TaskGroup
 
 from bus import BusConfig, NatsClient, connect
 from coordinator import Coordinator, CoordinatorConfig
+from schemas import Domain
 
 
 @asynccontextmanager
@@ -25,3 +27,8 @@ async def running_coordinator(url: str, **config: Any) -> AsyncIterator[tuple[Na
             tg.cancel_scope.cancel()
     finally:
         await client.close()
+
+
+def fresh_domain(user: str = "u") -> Domain:
+    """A domain no other test uses: tests share one server."""
+    return Domain.parse(f"{user}/s1/{uuid.uuid4().hex[:8]}")

@@ -60,17 +60,13 @@ from schemas import (
     brief_hash,
     render_brief,
 )
-from tests._support import running_coordinator
+from tests._support import fresh_domain, running_coordinator
 from tests.brief.helpers import words
-
-
-def _domain() -> Domain:
-    return Domain.parse(f"u{uuid.uuid4().hex[:8]}/s1/t1")
 
 
 async def _cached_domain(client: NatsClient) -> tuple[Domain, Proposer]:
     """A fresh domain the running coordinator holds in its cache (one commit in), and its agent."""
-    domain = _domain()
+    domain = fresh_domain()
     agent = Proposer(client, domain, agent_id="a")
     assert await agent.propose(AddNote(text="warm the cache")) == Committed(revision=1)
     return domain, agent
@@ -99,7 +95,7 @@ async def running(nats_url: str) -> AsyncIterator[tuple[NatsClient, TaskGroup]]:
 
 async def test_proposals_commit_and_replicas_converge(running: tuple[NatsClient, TaskGroup]) -> None:
     client, tg = running
-    domain = _domain()
+    domain = fresh_domain()
     a, b = BriefReplica(client, domain), BriefReplica(client, domain)
     await tg.start(a.run)
     await tg.start(b.run)
@@ -124,7 +120,7 @@ async def test_proposals_commit_and_replicas_converge(running: tuple[NatsClient,
 
 async def test_retried_key_is_answered_with_the_original_revision(running: tuple[NatsClient, TaskGroup]) -> None:
     client, _ = running
-    domain = _domain()
+    domain = fresh_domain()
     agent = Proposer(client, domain, agent_id="a")
     first = await agent.propose(AddPending(text="once"), key="k-1")
     again = await agent.propose(AddPending(text="once"), key="k-1")
@@ -144,7 +140,7 @@ async def test_late_joiner_uses_the_snapshot_and_resumes_without_full_replay(
     running: tuple[NatsClient, TaskGroup],
 ) -> None:
     client, tg = running
-    domain = _domain()
+    domain = fresh_domain()
     agent = Proposer(client, domain, agent_id="a")
     for i in range(12):
         assert isinstance(await agent.propose(AddPending(text=f"item {i}")), Committed)
@@ -182,7 +178,7 @@ async def test_bad_input_is_rejected_dead_lettered_and_service_goes_on(
     running: tuple[NatsClient, TaskGroup],
 ) -> None:
     client, _ = running
-    domain = _domain()
+    domain = fresh_domain()
     dlq = await client.subscribe(subject(domain, Verb.DLQ))
     propose = subject(domain, Verb.PROPOSE)
 
@@ -224,7 +220,7 @@ async def test_bad_input_is_rejected_dead_lettered_and_service_goes_on(
     assert "snapshot envelope is not a proposal" in answer.reason
     assert Envelope.decode((await dlq.next_msg(timeout=5)).data).body["reason"] == "wrong_type"
 
-    other = Envelope(type=MessageType.PROPOSAL, domain=_domain(), sender="a", body={})
+    other = Envelope(type=MessageType.PROPOSAL, domain=fresh_domain(), sender="a", body={})
     answer = ReplyAdapter.validate_python(
         Envelope.decode(await request(client, propose, other.encode(), timeout=5)).body
     )
@@ -246,7 +242,7 @@ async def test_bad_input_is_rejected_dead_lettered_and_service_goes_on(
 
 async def test_closed_domain_refuses_everything(running: tuple[NatsClient, TaskGroup]) -> None:
     client, _ = running
-    domain = _domain()
+    domain = fresh_domain()
     agent = Proposer(client, domain, agent_id="a")
     assert await agent.propose(Close(reason="shipped"), key="close") == Committed(revision=1)
     refused = await agent.propose(AddPending(text="more"))
@@ -255,7 +251,7 @@ async def test_closed_domain_refuses_everything(running: tuple[NatsClient, TaskG
 
 
 async def test_closed_domain_is_purged_after_the_grace_and_stays_closed(nats_url: str) -> None:
-    domain = _domain()
+    domain = fresh_domain()
     async with running_coordinator(nats_url, coordinator_id="c2", close_grace=0.5, snapshot_every=1) as (client, _):
         agent = Proposer(client, domain, agent_id="a")
         assert await agent.propose(AddPending(text="last thing")) == Committed(revision=1)
@@ -276,7 +272,7 @@ async def test_closed_domain_is_purged_after_the_grace_and_stays_closed(nats_url
 
 
 async def test_a_close_whose_coordinator_died_is_purged_by_the_next_to_load_it(nats_url: str) -> None:
-    domain = _domain()
+    domain = fresh_domain()
     async with running_coordinator(nats_url, coordinator_id="c-dies", close_grace=3600) as (client, _):
         assert await Proposer(client, domain, agent_id="a").propose(Close(reason="done")) == Committed(revision=1)
     async with running_coordinator(nats_url, coordinator_id="c-next", close_grace=0.2) as (client, _):
@@ -305,7 +301,7 @@ async def test_a_purge_that_meets_an_outage_is_retried_and_the_coordinator_serve
     nats_server_factory: ServerFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     server = nats_server_factory()
-    domain = _domain()
+    domain = fresh_domain()
     # The grace must outlast the kill below: a purge done before it would never fail.
     async with running_coordinator(server.url, coordinator_id="c-outage", close_grace=3.0) as (client, _):
         agent = Proposer(client, domain, agent_id="a")
@@ -323,7 +319,7 @@ async def test_a_purge_that_meets_an_outage_is_retried_and_the_coordinator_serve
                         break
                 await anyio.sleep(0.2)
         assert (await log.load(domain)).brief.is_closed
-        other = Proposer(client, _domain(), agent_id="b")
+        other = Proposer(client, fresh_domain(), agent_id="b")
         assert await other.propose(AddNote(text="still serving")) == Committed(revision=1)
 
 
@@ -331,7 +327,7 @@ async def test_a_brief_too_large_to_snapshot_is_reported_and_housekeeping_goes_o
     nats_server_factory: ServerFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     server = nats_server_factory(max_payload=64 * 1024)
-    domain = _domain()
+    domain = fresh_domain()
     config = {"coordinator_id": "c-big", "snapshot_every": 1, "close_grace": 0.2}
     async with running_coordinator(server.url, **config) as (client, _):
         agent = Proposer(client, domain, agent_id="a")
@@ -347,7 +343,7 @@ async def test_a_brief_too_large_to_snapshot_is_reported_and_housekeeping_goes_o
 
 
 async def test_idle_domains_leave_the_cache_and_come_back_on_the_next_proposal(nats_url: str) -> None:
-    domains = [_domain() for _ in range(5)]
+    domains = [fresh_domain() for _ in range(5)]
     async with running_coordinator(nats_url, coordinator_id="c-idle", idle_evict=0.3) as (client, _):
         for domain in domains:
             assert await Proposer(client, domain, agent_id="a").propose(AddNote(text="one")) == Committed(revision=1)
@@ -391,7 +387,7 @@ def test_settings_that_would_stall_a_coordinator_are_refused_up_front(setting: s
 
 async def test_follow_reports_how_far_behind_it_is(running: tuple[NatsClient, TaskGroup]) -> None:
     client, _ = running
-    domain = _domain()
+    domain = fresh_domain()
     agent = Proposer(client, domain, agent_id="a")
     for i in range(30):
         await agent.propose(AddPending(text=f"item {i}"))
@@ -414,7 +410,7 @@ async def test_follow_reports_how_far_behind_it_is(running: tuple[NatsClient, Ta
 
 async def test_concurrent_proposals_are_committed_in_batches(running: tuple[NatsClient, TaskGroup]) -> None:
     client, _ = running
-    domain = _domain()
+    domain = fresh_domain()
 
     async def propose_five(agent: Proposer) -> None:
         for i in range(5):
@@ -434,7 +430,7 @@ async def test_proposals_in_one_batch_are_judged_on_each_other(running: tuple[Na
     """Sent in one write, three proposals reach the coordinator together and form one
     batch: the second repeats the first, the third completes what the first added."""
     client, _ = running
-    domain = _domain()
+    domain = fresh_domain()
     ops = [AddPending(text="ship it"), AddPending(text="ship it"), Complete(item_id="p1", outcome="shipped")]
     inbox = client.new_inbox()
     answers = await client.subscribe(f"{inbox}.*")
@@ -468,7 +464,7 @@ async def test_a_stale_coordinator_does_not_refuse_what_another_committed(
 async def test_a_coordinator_holding_too_many_proposals_answers_busy(nats_url: str) -> None:
     """Beyond `max_in_flight`, proposals are answered `busy` at once instead of queueing
     without bound; proposers retry those with their keys, and each is committed once."""
-    domain = _domain()
+    domain = fresh_domain()
     propose = subject(domain, Verb.PROPOSE)
 
     def proposal(i: int) -> bytes:
@@ -507,7 +503,7 @@ async def test_a_batch_too_large_for_one_log_entry_is_split_and_all_of_it_commit
     """On a server taking 8 KiB messages, 20 proposals of ~1 kB each reach the coordinator
     together: no log entry can hold them all, so the batch is split until each part fits."""
     server = nats_server_factory(max_payload=8 * 1024)
-    domain = _domain()
+    domain = fresh_domain()
     count = 20
     async with running_coordinator(server.url, coordinator_id="c-split") as (client, _):
         inbox = client.new_inbox()
@@ -562,7 +558,7 @@ async def test_a_brief_over_its_budget_is_folded_and_keeps_its_decisions_and_con
     push the rendered brief over it; goal, constraints and decisions are never folded,
     and every done item's fact is kept."""
     budget, tasks = 100, 15
-    domain = _domain()
+    domain = fresh_domain()
     config = {"coordinator_id": "c-fold", "brief_budget_tokens": budget, "count_tokens": words}
     settled = [
         SetGoal(text="ship the cache"),
@@ -617,7 +613,7 @@ class _FailsFirstBatch(Coordinator):
 
 
 async def test_a_batch_that_fails_goes_unanswered_and_the_coordinator_serves_on(nats_url: str) -> None:
-    domain = _domain()
+    domain = fresh_domain()
     client = await connect(BusConfig(servers=[nats_url]))
     coordinator = _FailsFirstBatch(client, CoordinatorConfig(coordinator_id="c-fails"))
     try:
@@ -637,7 +633,7 @@ async def test_a_batch_that_fails_goes_unanswered_and_the_coordinator_serves_on(
 async def test_a_proposal_gives_up_at_its_deadline_even_inside_an_attempt(nats_client: NatsClient) -> None:
     """A coordinator that takes proposals in and never answers: each attempt would wait
     30 s, but the proposal's deadline of 0.5 s cuts the attempt short."""
-    domain = _domain()
+    domain = fresh_domain()
     silent = await nats_client.subscribe(subject(domain, Verb.PROPOSE))  # hears, never answers
     try:
         with anyio.fail_after(10), pytest.raises(ProposalUnanswered, match="within 0.5s") as unanswered:
@@ -653,7 +649,7 @@ async def test_a_proposal_gives_up_at_its_deadline_even_inside_an_attempt(nats_c
 
 
 async def test_an_unreadable_or_busy_answer_is_retried_with_the_same_key(nats_client: NatsClient) -> None:
-    domain = _domain()
+    domain = fresh_domain()
     answers = [b"\x93garbage", _reply_envelope(Rejection(code=RejectionCode.BUSY, reason="full; retry"))]
     answers.append(_reply_envelope(Committed(revision=7)))
     keys = []
@@ -674,7 +670,7 @@ async def test_an_unreadable_or_busy_answer_is_retried_with_the_same_key(nats_cl
 
 def _reply_envelope(reply: Reply) -> bytes:
     return Envelope(
-        type=MessageType.REPLY, domain=_domain(), sender="c-test", body=reply.model_dump(mode="json")
+        type=MessageType.REPLY, domain=fresh_domain(), sender="c-test", body=reply.model_dump(mode="json")
     ).encode()
 
 
@@ -721,7 +717,9 @@ async def test_a_batch_is_answered_before_the_housekeeping_after_it(nats_url: st
         async with anyio.create_task_group() as tg:
             await tg.start(coordinator.run)
             with anyio.fail_after(_BLOCK_AT_MOST + 40):
-                await anyio.to_thread.run_sync(_propose_from_another_loop, nats_url, _domain(), coordinator.answered)
+                await anyio.to_thread.run_sync(
+                    _propose_from_another_loop, nats_url, fresh_domain(), coordinator.answered
+                )
             tg.cancel_scope.cancel()
     finally:
         await client.close()

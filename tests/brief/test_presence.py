@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Callable
 
 import anyio
@@ -11,17 +10,14 @@ import pytest
 
 from agents.brief import PresenceBeacon, read_presence
 from bus import PRESENCE_BUCKET, Bucket, BucketConfig, BusConfig, EmbeddedServer, NatsClient, connect, kv_key
-from schemas import Domain, Presence
-
-
-def _domain() -> Domain:
-    return Domain.parse(f"pres/s/{uuid.uuid4().hex[:8]}")
+from schemas import Presence
+from tests._support import fresh_domain
 
 
 async def test_a_heartbeat_is_read_back_in_its_domain_only_and_expires_with_its_agent(
     nats_client: NatsClient,
 ) -> None:
-    domain, other = _domain(), _domain()
+    domain, other = fresh_domain("pres"), fresh_domain("pres")
     beats = 0
 
     def snapshot() -> Presence:
@@ -44,7 +40,7 @@ async def test_a_heartbeat_is_read_back_in_its_domain_only_and_expires_with_its_
 async def test_an_unreadable_heartbeat_is_skipped_with_a_warning(
     nats_client: NatsClient, caplog: pytest.LogCaptureFixture
 ) -> None:
-    domain = _domain()
+    domain = fresh_domain("pres")
     bucket = Bucket(nats_client, BucketConfig(name=PRESENCE_BUCKET))
     await bucket.ensure()
     await bucket.put(kv_key(domain, "junk"), b"\xc1 not msgpack")
@@ -60,7 +56,7 @@ async def test_reading_presence_on_a_fresh_server_creates_nothing(
     server = nats_server_factory()
     client = await connect(BusConfig(servers=[server.url]))
     try:
-        assert await read_presence(client, _domain()) == []
+        assert await read_presence(client, fresh_domain("pres")) == []
         assert await client.jetstream().streams_info() == []
     finally:
         await client.close()

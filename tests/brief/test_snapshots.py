@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
+
 from agents.brief import Proposer
 from bus import TX_STREAM, BriefLog, BriefState, NatsClient, Verb, kv_key, subject
-from schemas import AddNote, BriefSnapshot, Close, Commit, Committed, Domain, Proposal, TaskBrief, apply
-from tests._support import running_coordinator
+from schemas import AddNote, BriefSnapshot, Close, Commit, Committed, Proposal, TaskBrief, apply
+from tests._support import fresh_domain, running_coordinator
 
 
-def _domain() -> Domain:
-    return Domain.parse(f"snap/s/{uuid.uuid4().hex[:8]}")
+@pytest.fixture
+async def log(nats_client: NatsClient) -> BriefLog:
+    brief_log = BriefLog(nats_client)
+    await brief_log.ensure()
+    return brief_log
 
 
 def _commit(brief: TaskBrief, op: AddNote | Close) -> Commit:
@@ -19,10 +24,8 @@ def _commit(brief: TaskBrief, op: AddNote | Close) -> Commit:
     return Commit.of(proposal, revision=brief.revision + 1, ts=0.0, committed_by="test")
 
 
-async def test_a_snapshot_older_than_the_one_stored_is_not_written(nats_client: NatsClient) -> None:
-    log = BriefLog(nats_client)
-    await log.ensure()
-    brief = TaskBrief(domain=_domain())
+async def test_a_snapshot_older_than_the_one_stored_is_not_written(log: BriefLog) -> None:
+    brief = TaskBrief(domain=fresh_domain("snap"))
     states = []
     for i in range(3):
         commit = _commit(brief, AddNote(text=f"n{i}"))
@@ -34,10 +37,8 @@ async def test_a_snapshot_older_than_the_one_stored_is_not_written(nats_client: 
     assert await log.snapshot(states[2])
 
 
-async def test_the_purge_snapshot_is_not_replaced_by_a_late_one_of_the_closed_brief(nats_client: NatsClient) -> None:
-    log = BriefLog(nats_client)
-    await log.ensure()
-    opened = TaskBrief(domain=_domain())
+async def test_the_purge_snapshot_is_not_replaced_by_a_late_one_of_the_closed_brief(log: BriefLog) -> None:
+    opened = TaskBrief(domain=fresh_domain("snap"))
     opened = apply(opened, _commit(opened, AddNote(text="work")))
     closed = apply(opened, _commit(opened, Close(reason="shipped")))
     await log.purge(BriefState(closed, 7))  # stores the purge snapshot: revision 2, sequence 0
@@ -47,10 +48,8 @@ async def test_the_purge_snapshot_is_not_replaced_by_a_late_one_of_the_closed_br
     assert stored.brief.is_closed and stored.seq == 0
 
 
-async def test_a_snapshot_written_without_labels_is_still_compared(nats_client: NatsClient) -> None:
-    log = BriefLog(nats_client)
-    await log.ensure()
-    brief = TaskBrief(domain=_domain())
+async def test_a_snapshot_written_without_labels_is_still_compared(log: BriefLog) -> None:
+    brief = TaskBrief(domain=fresh_domain("snap"))
     older = apply(brief, _commit(brief, AddNote(text="one")))
     newer = apply(older, _commit(older, AddNote(text="two")))
     unlabelled = BriefSnapshot(seq=5, brief=newer).encode()  # as stored by an earlier version
@@ -60,7 +59,7 @@ async def test_a_snapshot_written_without_labels_is_still_compared(nats_client: 
 
 
 async def test_a_domain_whose_log_was_purged_under_its_snapshot_goes_on_from_the_snapshot(nats_url: str) -> None:
-    domain = _domain()
+    domain = fresh_domain("snap")
     async with running_coordinator(nats_url, coordinator_id="c-snap", snapshot_every=1) as (client, _):
         agent = Proposer(client, domain, agent_id="a")
         for i in range(3):

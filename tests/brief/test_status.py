@@ -8,7 +8,6 @@ dead letter reads the same whichever subject it came on.
 from __future__ import annotations
 
 import json
-import uuid
 
 import msgpack
 import pytest
@@ -36,23 +35,17 @@ from schemas import (
     CoordinatorStatus,
     DeadLetter,
     DecodeError,
-    Domain,
     Envelope,
     EnvelopeInvalid,
     MessageType,
 )
-from tests._support import running_coordinator
-
-
-def _domain() -> Domain:
-    return Domain.parse(f"u{uuid.uuid4().hex[:8]}/s1/t1")
-
+from tests._support import fresh_domain, running_coordinator
 
 # -- the status answer -----------------------------------------------------------------
 
 
 async def test_the_coordinators_answer_is_a_status_in_json(nats_url: str) -> None:
-    domain = _domain()
+    domain = fresh_domain()
     async with running_coordinator(nats_url, coordinator_id="c-status") as (client, _):
         assert await Proposer(client, domain, agent_id="a").propose(AddNote(text="one")) == Committed(revision=1)
         raw = await request(client, STATUS_SUBJECT, b"", timeout=5)
@@ -125,7 +118,7 @@ async def test_status_lists_the_coordinators_and_skips_an_impostor(
 
 
 async def test_dead_letters_are_reports_on_either_subject(nats_url: str) -> None:
-    domain = _domain()
+    domain = fresh_domain()
     garbage = b"\xc1" + b"x" * (2 * DEAD_LETTER_QUOTE_MAX)
     async with running_coordinator(nats_url, coordinator_id="c-dlq") as (client, _):
         dlq = await client.subscribe(subject(domain, Verb.DLQ))
@@ -151,7 +144,7 @@ def test_a_dead_letter_quotes_only_the_head_and_refuses_what_is_not_one() -> Non
     letter = DeadLetter.of(reason="r", detail="d", subject="s", payload=b"y" * (DEAD_LETTER_QUOTE_MAX + 1))
     assert letter.size == DEAD_LETTER_QUOTE_MAX + 1 and len(letter.payload_head) == DEAD_LETTER_QUOTE_MAX
     assert DeadLetter.decode(letter.encode()) == letter
-    domain = _domain()
+    domain = fresh_domain()
     assert DeadLetter.of_envelope(Envelope.decode(letter.envelope(domain=domain, sender="c").encode())) == letter
 
     with pytest.raises(EnvelopeInvalid, match="expected a dead_letter envelope"):
@@ -181,7 +174,7 @@ def test_the_operator_subjects_are_global_and_the_coordinator_names_the_same() -
 
 @pytest.mark.parametrize("verb", list(Verb))
 def test_domain_of_reads_back_every_domain_subject(verb: Verb) -> None:
-    domain = _domain()
+    domain = fresh_domain()
     assert domain_of(subject(domain, verb)) == domain
     assert domain_of(routed(subject(domain, verb), "coord-a")) == domain
 
