@@ -91,9 +91,20 @@ async def ensure_stream(js: JetStreamContext, config: api.StreamConfig) -> None:
                 config = dataclasses.replace(config, num_replicas=existing)
             await js.update_stream(config)
     except nats.js.errors.APIError as exc:
-        raise BusError(f"cannot create stream {config.name!r}: {exc.description}") from exc
+        raise BusError(f"cannot create stream {config.name!r}: {_refusal(exc)}") from exc
     except TRANSIENT as exc:
         raise BusUnavailable(f"cannot create stream {config.name!r}: {exc!r}") from exc
+
+
+def _refusal(exc: nats.js.errors.APIError) -> str:
+    """What JetStream's API said, for a message. A server without JetStream says nothing:
+    nobody listens on its API, and nats-py reports the lack of responders as a 503 with
+    neither a description nor an err_code."""
+    if exc.description:
+        return exc.description
+    if isinstance(exc, nats.js.errors.ServiceUnavailableError) and exc.err_code is None:
+        return "JetStream is not enabled on this server (start nats-server with -js, or `jetstream {}` in its config)"
+    return f"error {exc.code or '?'} with no description ({type(exc).__name__})"
 
 
 def actual_sequence(exc: nats.js.errors.APIError) -> int | None:

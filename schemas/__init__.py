@@ -69,6 +69,7 @@ from schemas._errors import (
     UsageError,
     WireError,
     describe_validation_error,
+    first_ctxbus_error,
 )
 from schemas._ids import unique_id
 from schemas._lease import LeaseRecord
@@ -184,6 +185,7 @@ __all__ = [
     "brief_hash",
     "content_hash",
     "describe_validation_error",
+    "first_ctxbus_error",
     "fold_done_op",
     "message_id",
     "normalize",

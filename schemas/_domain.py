@@ -32,7 +32,7 @@ def validate_token(value: str, *, field: str = "token") -> str:
         raise InvalidDomain(f"{field} is {len(value)} characters long, over the limit of {DOMAIN_TOKEN_MAX}")
     if not _TOKEN.fullmatch(value):
         bad = next(c for c in value if not _TOKEN.fullmatch(c))
-        raise InvalidDomain(f"{field} {value!r} contains {bad!r}; only letters, digits, '_' and '-' are allowed")
+        raise InvalidDomain(f"{field} {value!r} contains {bad!r}; only ASCII letters, digits, '_' and '-' are allowed")
     return value
 
 

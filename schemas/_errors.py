@@ -39,6 +39,7 @@ __all__ = [
     "EnvelopeInvalid",
     "PayloadTooLarge",
     "describe_validation_error",
+    "first_ctxbus_error",
 ]
 
 
@@ -130,3 +131,18 @@ def _describe(error: ErrorDetails, *, skip: int, show_input: bool) -> str:
             shown = shown[: _SHOWN_INPUT_MAX - 3] + "..."
         problem += f" (got {shown})"
     return problem
+
+
+def first_ctxbus_error(group: BaseExceptionGroup[BaseException]) -> CtxbusError | None:
+    """A task group's first `CtxbusError`, looking into nested groups, or None.
+
+    Raise it (`from group`) in place of the group, so the CLI prints it as one line:
+    a task group wraps even a single failure, and the CLI prints only `CtxbusError`s
+    as errors, anything else as a traceback.
+    """
+    for exc in group.exceptions:
+        if isinstance(exc, CtxbusError):
+            return exc
+        if isinstance(exc, BaseExceptionGroup) and (found := first_ctxbus_error(exc)):
+            return found
+    return None

@@ -6,14 +6,16 @@ import logging
 import signal
 
 import anyio
-from anyio import CancelScope
+from anyio import TASK_STATUS_IGNORED, CancelScope
+from anyio.abc import TaskStatus
 
 from agents.context import ContextConfig
 from agents.mcp._host import McpHost
 from agents.mcp._server import build_server
+from agents.mcp._stdio import run_stdio
 from agents.runtime import Agent, AgentConfig
-from bus import BusConfig, connect
-from schemas import CtxbusError
+from bus import BusConfig, close_quietly, connect
+from schemas import first_ctxbus_error
 
 __all__ = ["host_context", "serve_stdio"]
 
@@ -47,12 +49,12 @@ async def serve_stdio(bus: BusConfig, config: AgentConfig) -> None:
         try:
             async with anyio.create_task_group() as tg:
                 await tg.start(agent.run)
-                tg.start_soon(_cancel_on_signal, tg.cancel_scope)
+                await tg.start(_cancel_on_signal, tg.cancel_scope)
                 log.info("serving %s on %s over stdio", agent.id, agent.domain)
-                await build_server(agent, host).run_stdio_async()
+                await run_stdio(build_server(agent, host))
                 tg.cancel_scope.cancel()
         except BaseExceptionGroup as group:
-            found = _first_ctxbus_error(group)
+            found = first_ctxbus_error(group)
             if found is None:
                 raise
             raise found from group
@@ -60,22 +62,13 @@ async def serve_stdio(bus: BusConfig, config: AgentConfig) -> None:
             agent.close()
     finally:
         with anyio.CancelScope(shield=True):
-            await client.close()
+            await close_quietly(client)
 
 
-async def _cancel_on_signal(scope: CancelScope) -> None:
+async def _cancel_on_signal(scope: CancelScope, *, task_status: TaskStatus[None] = TASK_STATUS_IGNORED) -> None:
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        task_status.started()
         async for signum in signals:
             log.info("%s: stopping", signal.Signals(signum).name)
             scope.cancel()
             return
-
-
-def _first_ctxbus_error(group: BaseExceptionGroup[BaseException]) -> CtxbusError | None:
-    """A task group's `CtxbusError`, so the CLI can print it as one line."""
-    for exc in group.exceptions:
-        if isinstance(exc, CtxbusError):
-            return exc
-        if isinstance(exc, BaseExceptionGroup) and (found := _first_ctxbus_error(exc)):
-            return found
-    return None

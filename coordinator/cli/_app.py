@@ -9,6 +9,7 @@ from importlib.metadata import version
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from coordinator.cli._common import errors
 from schemas import CtxbusError
@@ -73,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except CtxbusError as exc:
-        errors.print(f"[red]ctxbus: error:[/] {exc}", soft_wrap=True)
+        errors.print(f"[red]ctxbus: error:[/] {escape(str(exc))}", soft_wrap=True)  # it may quote user text
         return 1
     except KeyboardInterrupt:
         errors.print("interrupted")

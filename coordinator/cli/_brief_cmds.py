@@ -6,12 +6,15 @@ import json
 import uuid
 from typing import Annotated, Any
 
+import anyio
 import typer
 from pydantic import ValidationError
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from agents.brief import Proposer
-from bus import BriefLog, TxLog, Verb, commits_of, connect, run_async, subject
+from bus import BriefLog, TxLog, Verb, close_quietly, commits_of, connect, run_async, subject
 from coordinator.cli._app import app
 from coordinator.cli._common import (
     DEFAULT_NATS_URL,
@@ -25,6 +28,7 @@ from coordinator.cli._common import (
 )
 from schemas import (
     AGENT_OPS,
+    KEY_MAX,
     BriefOp,
     BriefOpAdapter,
     Commit,
@@ -56,12 +60,19 @@ async def _show(urls: str, domain: Domain, as_json: bool) -> None:
     try:
         state = await BriefLog(client).load(domain)
     finally:
-        await client.close()
+        await close_quietly(client)
     if as_json:
         print_json({"hash": brief_hash(state.brief), "seq": state.seq, "brief": state.brief.model_dump(mode="json")})
     else:
         console.print(render_brief(state.brief), markup=False)
         console.print(f"[dim]revision {state.brief.revision}, hash {brief_hash(state.brief)[:16]}[/]")
+
+
+def _check_key(value: str | None) -> str | None:
+    """Typer callback for `--key`: the proposal's schema would refuse it later, with a traceback."""
+    if value is not None and not 1 <= len(value) <= KEY_MAX:
+        raise typer.BadParameter(f"must be 1 to {KEY_MAX} characters long, got {len(value)}")
+    return value
 
 
 @brief_app.command("propose")
@@ -79,8 +90,9 @@ def propose(
     key: Annotated[
         str | None,
         typer.Option(
-            help="Idempotency key: reuse it only to retry the same proposal; a key already committed "
-            "for another change is refused (key_reused)."
+            callback=_check_key,
+            help=f"Idempotency key (1 to {KEY_MAX} characters): reuse it only to retry the same proposal; "
+            "a key already committed for another change is refused (key_reused).",
         ),
     ] = None,
     nats: NatsOption = DEFAULT_NATS_URL,
@@ -110,19 +122,19 @@ async def _propose(urls: str, domain: Domain, agent: str, op: BriefOp, key: str,
     try:
         reply = await Proposer(client, domain, agent_id=agent).propose(op, key=key, deadline=10)
     finally:
-        await client.close()
+        await close_quietly(client)
     if as_json:
         print_json(reply.model_dump(mode="json"))
     elif isinstance(reply, Committed):
         if reply.duplicate:
             console.print(
-                f"[green]committed[/] at revision {reply.revision}, earlier, under key {key!r}: this retry "
+                f"[green]committed[/] at revision {reply.revision}, earlier, under key {escape(repr(key))}: this retry "
                 "changed nothing (a different change needs a new --key)"
             )
         else:
             console.print(f"[green]committed[/] at revision {reply.revision}")
     else:
-        console.print(f"[red]rejected[/] ({reply.code}): {reply.reason}")
+        console.print(f"[red]rejected[/] ({reply.code}): {escape(reply.reason)}")  # quotes what agents wrote
     return 0 if isinstance(reply, Committed) else 1
 
 
@@ -144,12 +156,13 @@ async def _log(urls: str, domain: Domain, follow: bool, as_json: bool) -> None:
     table = _log_table()
 
     def emit(record: dict[str, Any], row: tuple[str, str, str, str]) -> None:
+        cells = [Text(cell) for cell in row]  # what agents wrote: a `[` in it is not markup
         if as_json:  # JSON Lines: one compact object per commit, for pipes
             typer.echo(json.dumps(record))
         elif follow:
-            console.print(*row)
+            console.print(*cells)
         else:
-            table.add_row(*row)
+            table.add_row(*cells)
 
     try:
         async for entry in entries:
@@ -162,8 +175,9 @@ async def _log(urls: str, domain: Domain, follow: bool, as_json: bool) -> None:
             for commit in commits:
                 emit({"seq": entry.seq, **commit.model_dump(mode="json")}, _log_row(commit))
     finally:
-        await entries.aclose()
-        await client.close()
+        with anyio.CancelScope(shield=True):
+            await entries.aclose()
+            await close_quietly(client)
     if not as_json and not follow:
         console.print(table)
 

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from agents.context import Tokenizer
 from agents.runtime import ReplayReport, inspect_store, replay_transcript
@@ -52,7 +53,7 @@ def replay(
     with tempfile.TemporaryDirectory(prefix="ctxbus-replay-") as tmp:
         for i, path in enumerate(files):
             if not as_json:
-                console.print(f"[dim]replaying {path.name}...[/]")
+                console.print(f"[dim]replaying {escape(path.name)}...[/]")
             reports.append(replay_transcript(path, budget=budget, store=Path(tmp) / f"{i}.db", tokenizer=tokenizer))
     if as_json:
         print_json([r.as_dict() for r in reports])
@@ -63,7 +64,7 @@ def replay(
     for r in reports:
         trims = ", ".join(f"{n} {what}" for what, n in r.trims.most_common(3)) or "none"
         table.add_row(
-            Path(r.file).name,
+            Text(Path(r.file).name),
             f"{r.messages:,}",
             f"{r.mean_prompt:,.0f}",
             f"{r.mean_history:,.0f}",

@@ -40,7 +40,7 @@ def mcp(
             "-a",
             envvar="CTXBUS_AGENT",
             callback=parse_agent_name,
-            help="This agent's name on the task (letters, digits, '_', '-'); one server per name.",
+            help="This agent's name on the task (ASCII letters, digits, '_', '-'); one server per name.",
         ),
     ],
     nats: NatsOption = DEFAULT_NATS_URL,

@@ -3,19 +3,31 @@
 from __future__ import annotations
 
 import dataclasses
-import signal
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Final
+from typing import Annotated, Final, NoReturn
 
 import anyio
+import anyio.lowlevel
 import typer
+from rich.markup import escape
 
 from agents.context import Tokenizer
-from bus import DEFAULT_SYNC_INTERVAL, BusConfig, EmbeddedServer, ServerError, connect, event_loop_name, run_async
+from bus import (
+    DEFAULT_SYNC_INTERVAL,
+    BusConfig,
+    EmbeddedServer,
+    ServerError,
+    close_quietly,
+    connect,
+    event_loop_name,
+    run_async,
+)
 from coordinator import Coordinator, CoordinatorConfig
 from coordinator._config import DEFAULT_SNAPSHOT_EVERY, MAX_REPLICAS  # not exported by `coordinator` yet
 from coordinator.cli._app import app
-from coordinator.cli._common import DEFAULT_NATS_URL, NatsOption, bus_config, console, default_state_dir
+from coordinator.cli._common import DEFAULT_NATS_URL, NatsOption, bus_config, console, default_state_dir, errors
+from coordinator.cli._running import INTERRUPTED, one_error, until_signal
 
 __all__: list[str] = []
 
@@ -90,7 +102,7 @@ def coordinator(
     config = dataclasses.replace(
         _config(coordinator_id, brief_budget), snapshot_every=snapshot_every, replicas=replicas
     )
-    run_async(_serve, bus_config(nats, name=config.coordinator_id), config)
+    run_async(_coordinate, bus_config(nats, name=config.coordinator_id), config)
 
 
 def _config(coordinator_id: str | None, brief_budget: int | None) -> CoordinatorConfig:
@@ -107,7 +119,38 @@ def _embedded(host: str, port: int, data_dir: Path | None, sync_interval: str) -
 
 
 async def _run(server: EmbeddedServer, config: CoordinatorConfig | None) -> None:
-    """Run the embedded server (and a coordinator on it, if configured) until a signal."""
+    """Run the embedded server (and a coordinator on it, if configured) until a signal.
+
+    The server is stopped however this ends, also on a signal while it starts: the start
+    runs to its end (or fails) in its worker thread, and then the server is stopped.
+    """
+    ready = False
+
+    async def body() -> None:
+        nonlocal ready
+        try:
+            await _start(server)
+            await anyio.lowlevel.checkpoint_if_cancelled()  # a signal during the start: not ready
+            ready = True
+            console.print(f"NATS ready at [bold]{escape(server.url)}[/]")
+            console.print(f"data dir: {escape(str(server.data_dir))}")
+            if config is None:
+                console.print("press Ctrl-C to stop")
+                await _watch(server)
+            else:
+                await _serve(BusConfig(servers=[server.url], name=config.coordinator_id), config, server)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(server.stop)
+
+    await until_signal(body)
+    if not ready:
+        errors.print(f"interrupted while NATS was starting: stopped it; data kept in {escape(str(server.data_dir))}")
+        raise typer.Exit(INTERRUPTED)
+    console.print(f"stopped; data kept in {escape(str(server.data_dir))}")
+
+
+async def _start(server: EmbeddedServer) -> None:
     try:
         await anyio.to_thread.run_sync(server.start)
     except ServerError as exc:
@@ -117,68 +160,55 @@ async def _run(server: EmbeddedServer, config: CoordinatorConfig | None) -> None
                 "pick another with --port, or --port 0 for any free one"
             ) from None
         raise
-    try:
-        console.print(f"NATS ready at [bold]{server.url}[/]")
-        console.print(f"data dir: {server.data_dir}")
-        if config is None:
-            console.print("press Ctrl-C to stop")
-            await _until_stopped(server)
-        else:
-            await _serve(BusConfig(servers=[server.url], name=config.coordinator_id), config, server)
-    finally:
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(server.stop)
-    console.print(f"stopped; data kept in {server.data_dir}")
 
 
-async def _serve(bus: BusConfig, config: CoordinatorConfig, server: EmbeddedServer | None = None) -> None:
-    client = await connect(bus)
-    server_died = False
-    try:
-        async with anyio.create_task_group() as tg:
-            await tg.start(Coordinator(client, config).run)
-            console.print(
-                f"coordinator {config.coordinator_id} serving {', '.join(bus.servers)} (event loop: {event_loop_name()})"
-            )
-            console.print("press Ctrl-C to stop")
-            server_died = not await _until_signal(server)
-            tg.cancel_scope.cancel()
-    finally:
-        with anyio.CancelScope(shield=True):
-            await client.close()
-    if server_died:
-        raise _died(server)
+async def _coordinate(bus: BusConfig, config: CoordinatorConfig) -> None:
+    """`ctxbus coordinator`: serve until a signal; one line and exit 1 if it cannot start."""
+    serving = False
+
+    def on_ready() -> None:
+        nonlocal serving
+        serving = True
+
+    if not await until_signal(lambda: _serve(bus, config, on_ready=on_ready)) and not serving:
+        errors.print("interrupted before the coordinator was serving")
+        raise typer.Exit(INTERRUPTED)
 
 
-async def _until_stopped(server: EmbeddedServer) -> None:
-    """Return on SIGINT/SIGTERM; raise if the embedded server dies first."""
-    if not await _until_signal(server):
-        raise _died(server)
+async def _serve(
+    bus: BusConfig,
+    config: CoordinatorConfig,
+    server: EmbeddedServer | None = None,
+    *,
+    on_ready: Callable[[], object] = lambda: None,
+) -> None:
+    """Serve as a coordinator until cancelled; with `server`, raise if it dies first.
 
-
-async def _until_signal(server: EmbeddedServer | None) -> bool:
-    """Wait for SIGINT/SIGTERM (True) or, if there is one, the embedded server's death (False).
-
-    Returns rather than raises, so that callers raise outside their task groups: the
-    error then reaches the user as one line, not wrapped in an exception group.
+    :raises CtxbusError: if the coordinator cannot start (the streams cannot be created:
+        no JetStream, more replicas than nodes...), as itself rather than in a group.
     """
-    signalled = False
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with anyio.create_task_group() as tg:
+    client = await connect(bus)
+    try:
+        with one_error():
+            async with anyio.create_task_group() as tg:
+                await tg.start(Coordinator(client, config).run)
+                console.print(
+                    f"coordinator {escape(config.coordinator_id)} serving {escape(', '.join(bus.servers))} "
+                    f"(event loop: {event_loop_name()})"
+                )
+                console.print("press Ctrl-C to stop")
+                on_ready()
+                if server is None:
+                    await anyio.sleep_forever()
+                else:
+                    await _watch(server)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await close_quietly(client)
 
-            async def watch() -> None:
-                while server is None or server.running:
-                    await anyio.sleep(0.5)
-                tg.cancel_scope.cancel()
 
-            tg.start_soon(watch)
-            async for _ in signals:
-                signalled = True
-                tg.cancel_scope.cancel()
-                break
-    return signalled
-
-
-def _died(server: EmbeddedServer | None) -> ServerError:
-    where = f"; see {server.log_path}" if server is not None else ""
-    return ServerError(f"nats-server exited unexpectedly{where}")
+async def _watch(server: EmbeddedServer) -> NoReturn:
+    """Wait while the embedded server runs; raise once it has died."""
+    while server.running:
+        await anyio.sleep(0.5)
+    raise ServerError(f"nats-server exited unexpectedly; see {server.log_path}")

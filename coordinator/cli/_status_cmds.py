@@ -7,11 +7,14 @@ from typing import Annotated
 
 import anyio
 import typer
+from rich.console import Group, RenderableType
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from agents.brief import read_presence
-from bus import STATUS_SUBJECT, NatsClient, connect, gather, run_async
+from bus import STATUS_SUBJECT, BusError, NatsClient, close_quietly, connect, gather, run_async
 from coordinator.cli._app import app
 from coordinator.cli._common import (
     DEFAULT_NATS_URL,
@@ -60,7 +63,7 @@ async def _status(urls: str, domain: Domain | None, as_json: bool) -> bool:
         coordinators = sorted(filter(None, map(_coordinator_status, answers)), key=lambda c: c.coordinator)
         agents = await read_presence(client, domain) if domain else []
     finally:
-        await client.close()
+        await close_quietly(client)
     if as_json:
         print_json(
             {
@@ -71,11 +74,11 @@ async def _status(urls: str, domain: Domain | None, as_json: bool) -> bool:
     else:
         if not coordinators:
             console.print("[yellow]no coordinator answered[/]: start one with `ctxbus up` or `ctxbus coordinator`")
-        for coord in coordinators:
+        for coord in coordinators:  # the id and the error are the coordinator's words: not markup
             console.print(
-                f"coordinator [bold]{coord.coordinator}[/] up {coord.uptime_s:.0f}s: "
+                f"coordinator [bold]{escape(coord.coordinator)}[/] up {coord.uptime_s:.0f}s: "
                 f"{coord.commits} commits ({coord.commits_per_s}/s), {len(coord.domains)} domains, "
-                f"last error: {coord.last_error or 'none'}"
+                f"last error: {escape(coord.last_error or 'none')}"
             )
         if domain is not None:
             console.print(_agents_table(domain, agents))
@@ -105,7 +108,11 @@ def top(
     nats: NatsOption = DEFAULT_NATS_URL,
     interval: Annotated[float, typer.Option(min=0.2, help="Seconds between refreshes.")] = 1.0,
 ) -> None:
-    """A live table of a task's agents: band, U/T, prompt tokens, brief revision, lag."""
+    """A live table of a task's agents: band, U/T, prompt tokens, brief revision, lag.
+
+    Runs until Ctrl-C, through NATS outages too: while the server cannot be read, a
+    line above the table says so, and the rows are the last ones read.
+    """
     run_async(_top, nats, domain, interval)
 
 
@@ -113,12 +120,31 @@ async def _top(urls: str, domain: Domain, interval: float) -> None:
     client: NatsClient = await connect(bus_config(urls))
     try:
         with Live(_agents_table(domain, []), console=console, refresh_per_second=4) as live:
+            agents: list[Presence] = []
             while True:
-                live.update(_agents_table(domain, await read_presence(client, domain)))
+                problem = None
+                if not client.is_connected:  # a read now would only wait for its timeout
+                    problem = "disconnected from NATS, reconnecting"
+                else:
+                    try:
+                        agents = await read_presence(client, domain)
+                    except BusError as exc:  # the server went away, or is recovering
+                        problem = f"cannot read the agents ({exc}), trying again"
+                live.update(_top_view(domain, agents, problem))
                 await anyio.sleep(interval)
     finally:
         with anyio.CancelScope(shield=True):
-            await client.close()
+            await close_quietly(client)
+
+
+def _top_view(domain: Domain, agents: list[Presence], problem: str | None) -> RenderableType:
+    """The table; while the agents cannot be read, a red line above it says why, and the
+    rows are the last ones read (their "seen" column keeps counting)."""
+    table = _agents_table(domain, agents)
+    if problem is None:
+        return table
+    line = Text(f"{problem} (Ctrl-C to stop); rows as last read", style="bold red")
+    return Group(line, table)
 
 
 def _agents_table(domain: Domain, agents: list[Presence]) -> Table:
@@ -128,8 +154,8 @@ def _agents_table(domain: Domain, agents: list[Presence]) -> Table:
     now = time.time()
     for a in agents:
         table.add_row(
-            a.agent,
-            a.band,
+            Text(a.agent),
+            Text(a.band),
             f"{a.unused_tokens:,} / {a.tail_tokens:,}",
             f"{a.prompt_tokens:,}",
             str(a.brief_revision),

@@ -8,16 +8,15 @@ in-process coordinator come from here, the agent processes and the scenario from
 from __future__ import annotations
 
 import shutil
-import signal
 import tempfile
 import uuid
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated
 
 import anyio
 import typer
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -32,10 +31,11 @@ from agents.swarm import (
     SwarmRunner,
     check_settings,
 )
-from bus import BusConfig, EmbeddedServer, connect, run_async
+from bus import BusConfig, EmbeddedServer, close_quietly, connect, run_async
 from coordinator import Coordinator, CoordinatorConfig
 from coordinator.cli._app import app
 from coordinator.cli._common import console, errors, print_json
+from coordinator.cli._running import INTERRUPTED, one_error, until_signal
 from schemas import Domain
 
 __all__: list[str] = []
@@ -71,7 +71,12 @@ def demo(
             show_default="a temp dir, removed after a clean run",
         ),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="No live view; print the report as JSON.")] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="No live view; print the report as JSON (data_kept: whether data_dir is still there)."
+        ),
+    ] = False,
 ) -> None:
     """Run N agents on one task and prove that ctxbus keeps them lean and in agreement.
 
@@ -110,66 +115,63 @@ def demo(
     root = data_dir or Path(tempfile.mkdtemp(prefix="ctxbus-swarm-"))
     report = run_async(_demo, root, agents, steps, step_delay, kill_at, as_json)
     if report is None:
-        errors.print(f"interrupted: every process stopped; agent stores and logs kept in {root}")
-        raise typer.Exit(130)
+        errors.print(f"interrupted: every process stopped; agent stores and logs kept in {escape(str(root))}")
+        raise typer.Exit(INTERRUPTED)
+    keep = data_dir is not None or not report.ok  # a failed run's files say what went wrong
+    if not keep:
+        shutil.rmtree(root, ignore_errors=True)
     if as_json:
-        print_json(report.model_dump(mode="json"))
+        print_json({**report.model_dump(mode="json"), "data_kept": keep})
     else:
         _print_report(report)
-    if data_dir is None and report.ok:
-        shutil.rmtree(root, ignore_errors=True)
-    elif not as_json:
-        console.print(f"[dim]data kept in {root}[/]")
+        if keep:
+            console.print(f"[dim]data kept in {escape(str(root))}[/]")
     raise typer.Exit(0 if report.ok else 1)
 
 
 async def _demo(
     root: Path, agents: int, steps: int, step_delay: float, kill_at: int | None, quiet: bool
 ) -> SwarmReport | None:
-    """Server, coordinator, swarm; None if a signal stopped the run."""
-    server = EmbeddedServer(root / "nats", port=0)
-    await anyio.to_thread.run_sync(server.start)
-    try:
-        client = await connect(BusConfig(servers=[server.url], name="swarm-demo"))
+    """Server, coordinator, swarm; None if SIGINT/SIGTERM stopped the run (cancelling
+    the run kills the agent processes; the server is stopped even while it starts)."""
+    reports: list[SwarmReport] = []
+
+    async def body() -> None:
+        server = EmbeddedServer(root / "nats", port=0)
         try:
-            async with anyio.create_task_group() as tg:
-                await tg.start(Coordinator(client, CoordinatorConfig(coordinator_id="swarm-demo")).run)
-                domain = Domain.parse(f"demo/{uuid.uuid4().hex[:8]}/cache-fix")
-                config = SwarmConfig(
-                    nats_url=server.url, domain=domain, data_dir=root,
-                    agents=agents, steps=steps, step_delay=step_delay, kill_at=kill_at,
-                )  # fmt: skip
-                runner = SwarmRunner(config)
-                if not quiet:
-                    console.print(f"NATS at [bold]{server.url}[/], data in {root}, task [bold]{domain}[/]")
-                    console.print(f"[dim]watch from another terminal: ctxbus top -d {domain} --nats {server.url}[/]")
-                report = await _interruptible(runner.run if quiet else lambda: _watched(runner))
-                tg.cancel_scope.cancel()
+            await anyio.to_thread.run_sync(server.start)
+            client = await connect(BusConfig(servers=[server.url], name="swarm-demo"))
+            try:
+                with one_error():
+                    async with anyio.create_task_group() as tg:
+                        await tg.start(Coordinator(client, CoordinatorConfig(coordinator_id="swarm-demo")).run)
+                        reports.append(await _swarm(server.url, root, agents, steps, step_delay, kill_at, quiet))
+                        tg.cancel_scope.cancel()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await close_quietly(client)
         finally:
             with anyio.CancelScope(shield=True):
-                await client.close()
-    finally:
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(server.stop)
-    return report
+                await anyio.to_thread.run_sync(server.stop)
 
-
-async def _interruptible(run: Callable[[], Awaitable[SwarmReport]]) -> SwarmReport | None:
-    """Run to the end, or stop on SIGINT/SIGTERM (cancelling `run` kills the agent
-    processes) and return None."""
-    reports: list[SwarmReport] = []
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with anyio.create_task_group() as tg:
-
-            async def main() -> None:
-                reports.append(await run())
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(main)
-            async for _ in signals:
-                tg.cancel_scope.cancel()
-                break
+    await until_signal(body)
     return reports[0] if reports else None
+
+
+async def _swarm(
+    url: str, root: Path, agents: int, steps: int, step_delay: float, kill_at: int | None, quiet: bool
+) -> SwarmReport:
+    domain = Domain.parse(f"demo/{uuid.uuid4().hex[:8]}/cache-fix")
+    config = SwarmConfig(
+        nats_url=url, domain=domain, data_dir=root,
+        agents=agents, steps=steps, step_delay=step_delay, kill_at=kill_at,
+    )  # fmt: skip
+    runner = SwarmRunner(config)
+    if quiet:
+        return await runner.run()
+    console.print(f"NATS at [bold]{url}[/], data in {escape(str(root))}, task [bold]{domain}[/]")
+    console.print(f"[dim]watch from another terminal: ctxbus top -d {domain} --nats {url}[/]")
+    return await _watched(runner)
 
 
 async def _watched(runner: SwarmRunner) -> SwarmReport:
@@ -263,4 +265,4 @@ def _print_report(report: SwarmReport) -> None:
     if report.ok:
         console.print("[bold green]all invariants hold[/]")
     for failure in report.failures:
-        console.print(f"[bold red]FAILED:[/] {failure}")
+        console.print(f"[bold red]FAILED:[/] {escape(failure)}")

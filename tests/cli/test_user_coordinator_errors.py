@@ -1,0 +1,64 @@
+"""`ctxbus coordinator` that cannot start says why in one line, not in an exception group."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bus import find_nats_server, free_port
+from tests.cli._procs import READ_TIMEOUT, Command
+
+
+def _coordinator(url: str, *args: str, tmp_path: Path) -> tuple[int, str, str]:
+    env = {**os.environ, "CTXBUS_STATE_DIR": str(tmp_path), "COLUMNS": "400"}
+    with Command("coordinator", "--nats", url, *args, env=env) as cli:
+        out, err = cli.finish()
+    assert cli.proc.returncode is not None
+    return cli.proc.returncode, out, err
+
+
+def test_more_replicas_than_nodes_is_one_line(nats_url: str, tmp_path: Path) -> None:
+    code, out, err = _coordinator(nats_url, "--replicas", "3", tmp_path=tmp_path)
+    assert code == 1, err
+    assert err.splitlines() == [
+        "ctxbus: error: cannot create stream 'CTXBUS_TX': replicas > 1 not supported in non-clustered mode"
+    ]
+    assert out == ""
+
+
+@pytest.fixture
+def server_without_jetstream(tmp_path: Path) -> Iterator[str]:
+    """A plain nats-server, JetStream off (the default without `-js`); yields its URL."""
+    port = free_port()
+    with (tmp_path / "nats-server.log").open("wb") as log:
+        server = subprocess.Popen([str(find_nats_server()), "-a", "127.0.0.1", "-p", str(port)], stdout=log, stderr=log)
+    try:
+        deadline = time.monotonic() + READ_TIMEOUT
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"nats-server did not listen on {port}: {(tmp_path / 'nats-server.log').read_text()}")
+                time.sleep(0.02)
+        yield f"nats://127.0.0.1:{port}"
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_a_server_without_jetstream_is_named_as_the_cause(server_without_jetstream: str, tmp_path: Path) -> None:
+    code, out, err = _coordinator(server_without_jetstream, tmp_path=tmp_path)
+    assert code == 1, err
+    assert err.splitlines() == [
+        "ctxbus: error: cannot create stream 'CTXBUS_TX': JetStream is not enabled on this server "
+        "(start nats-server with -js, or `jetstream {}` in its config)"
+    ]
+    assert out == ""
