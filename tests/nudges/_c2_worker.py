@@ -1,6 +1,6 @@
 """One OS process racing for Channel 2 deliveries, crashing on purpose (test helper).
 
-Run by `test_channel2_processes.py` as ``python -m tests.nudges._c2_worker ...``. Every
+Run by `_c2_race` as ``python -m tests.nudges._c2_worker ...``. Every
 worker walks the same cycles in the same order against one NATS server and delivers
 through `Channel2Lease`. The "host" is a transcript file shared by all workers and
 opened with O_APPEND: delivering appends one line, and `already_delivered` looks the

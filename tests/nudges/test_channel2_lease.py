@@ -7,8 +7,8 @@ sent again, and lease values we did not write handled without crashing.
 
 from __future__ import annotations
 
-import time
 import uuid
+from collections.abc import Awaitable, Callable
 
 import anyio
 import pytest
@@ -16,6 +16,7 @@ from nats.aio.client import Client
 
 from agents.nudges import (
     DEFAULT_DELIVERED_TTL,
+    SEND_WINDOW,
     Channel2Lease,
     Channel2LeaseConfig,
     DeliveryOutcome,
@@ -27,21 +28,33 @@ from bus import LEASE_BUCKET, Bucket, BucketConfig, Leases
 from schemas import Domain, InvalidDomain, LeaseRecord, UsageError
 
 SHORT_TTL = 1.0
-EXPIRY_WAIT = 10.0
-"""Seconds a test waits at most for a 1 s value to expire."""
+"""The shortest TTL a value can have: for values the tests wait out."""
+SENDER_TTL = 2.0
+"""Claim TTL of a lease that must still send: `SEND_WINDOW` of it (1 s) is what a KV
+write may take between the claim and the send, however slow the machine."""
+EXPIRY_WAIT = 30.0
+"""Hang guard: seconds a test waits at most for a short-lived value to expire."""
 
 
 class Host:
-    """A host adapter at our own seam: keeps the messages it was given."""
+    """A host adapter at our own seam: keeps the messages it was given.
+
+    `deliver` sets `entered` first, then awaits `hold()` if set: tests use it to keep a
+    send in progress for as long as they need, instead of guessing how long a delay
+    covers the KV writes before it.
+    """
 
     def __init__(self, *, failures: int = 0) -> None:
         self.sent: list[SyntheticMessage] = []
         self.failures = failures
-        self.send_delay = 0.0
         self.check_delay = 0.0
+        self.entered = anyio.Event()
+        self.hold: Callable[[], Awaitable[object]] | None = None
 
     async def deliver(self, message: SyntheticMessage) -> None:
-        await anyio.sleep(self.send_delay)
+        self.entered.set()
+        if self.hold is not None:
+            await self.hold()
         if self.failures:
             self.failures -= 1
             raise ConnectionError("host is offline")
@@ -71,13 +84,11 @@ def lease_for(
     return Channel2Lease(leases, host, domain=domain, agent_id="a1", holder=holder, config=config)
 
 
-async def wait_until_absent(lease: Channel2Lease, cycle: int) -> float:
-    """Seconds until the cycle's value expired."""
-    started = time.monotonic()
+async def wait_until_absent(lease: Channel2Lease, cycle: int) -> None:
+    """Until the server expired the cycle's value (`EXPIRY_WAIT` is only a hang guard)."""
     with anyio.fail_after(EXPIRY_WAIT):
         while (await lease.inspect(cycle)).state is not DirectiveState.ABSENT:
             await anyio.sleep(0.05)
-    return time.monotonic() - started
 
 
 async def test_first_delivery_walks_pending_claimed_delivered(leases: Leases, domain: Domain) -> None:
@@ -112,11 +123,12 @@ async def test_a_delivered_cycle_is_never_sent_again(leases: Leases, domain: Dom
 
 
 async def test_delivered_does_not_expire_with_the_claim_ttl(leases: Leases, domain: Domain) -> None:
-    lease = lease_for(leases, Host(), domain, ttl=SHORT_TTL)
-    await lease.deliver(0, text="x")
-    await _leave_dead_claim(leases, lease, 1)  # control: written last, with the claim TTL
-    await anyio.sleep(SHORT_TTL * 2.5)
-    assert (await lease.inspect(1)).state is DirectiveState.ABSENT, "the server did not expire the control claim"
+    lease = lease_for(leases, Host(), domain, ttl=SENDER_TTL)
+    assert (await lease.deliver(0, text="x")).outcome is DeliveryOutcome.SENT
+    # Control: written after cycle 0's last write, with the same claim TTL. The server
+    # expires it no sooner than a value of cycle 0 carrying that TTL would have gone.
+    await _leave_dead_claim(leases, lease, 1, ttl=SENDER_TTL)
+    await wait_until_absent(lease, 1)
     assert (await lease.inspect(0)).state is DirectiveState.DELIVERED
 
 
@@ -156,7 +168,13 @@ async def test_a_failed_send_goes_back_to_pending(leases: Leases, domain: Domain
 
 async def test_a_live_claim_keeps_other_processes_out(leases: Leases, domain: Domain) -> None:
     host = Host()
-    host.send_delay = 0.3
+    release = anyio.Event()
+
+    async def hold_the_first_send() -> None:  # mid-send until the other process has tried
+        host.hold = None
+        await release.wait()
+
+    host.hold = hold_the_first_send
     sender = lease_for(leases, host, domain, holder="sender")
     other = lease_for(leases, host, domain, holder="other")
     outcomes = {}
@@ -164,12 +182,13 @@ async def test_a_live_claim_keeps_other_processes_out(leases: Leases, domain: Do
     async def send() -> None:
         outcomes["sender"] = (await sender.deliver(0, text="x")).outcome
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(send)
-        with anyio.fail_after(5):
-            while (await other.inspect(0)).state is not DirectiveState.CLAIMED:
-                await anyio.sleep(0.01)
-        outcomes["other"] = (await other.deliver(0, text="x")).outcome
+    with anyio.fail_after(EXPIRY_WAIT):  # hang guard
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send)
+            await host.entered.wait()
+            assert (await other.inspect(0)).state is DirectiveState.CLAIMED
+            outcomes["other"] = (await other.deliver(0, text="x")).outcome
+            release.set()
     assert outcomes == {"sender": DeliveryOutcome.SENT, "other": DeliveryOutcome.BUSY}
     assert len(host.sent) == 1
 
@@ -188,18 +207,18 @@ async def test_sixteen_concurrent_senders_send_once(leases: Leases, domain: Doma
     assert set(outcomes) <= {DeliveryOutcome.SENT, DeliveryOutcome.ALREADY, DeliveryOutcome.BUSY}
 
 
-async def _leave_dead_claim(leases: Leases, lease: Channel2Lease, cycle: int) -> None:
+async def _leave_dead_claim(leases: Leases, lease: Channel2Lease, cycle: int, *, ttl: float = SHORT_TTL) -> None:
     """What a process that died right after winning its claim leaves behind."""
     record = LeaseRecord(holder="dead", state="claimed", token="t0", detail={"directive": lease.directive_id(cycle)})
-    await leases.claim(lease.key(cycle), "dead", SHORT_TTL, record=record)
+    await leases.claim(lease.key(cycle), "dead", ttl, record=record)
 
 
 async def test_a_dead_claim_expires_and_another_process_sends(leases: Leases, domain: Domain) -> None:
     host = Host()
-    lease = lease_for(leases, host, domain, ttl=SHORT_TTL)
+    lease = lease_for(leases, host, domain)  # the dead claim has the short TTL, not ours
     await _leave_dead_claim(leases, lease, 0)
     assert (await lease.deliver(0, text="x")).outcome is DeliveryOutcome.BUSY
-    assert await wait_until_absent(lease, 0) <= SHORT_TTL + 1
+    await wait_until_absent(lease, 0)
     assert (await lease.deliver(0, text="x")).outcome is DeliveryOutcome.SENT
     assert len(host.sent) == 1
 
@@ -221,19 +240,28 @@ async def test_sent_but_unconfirmed_is_recovered_not_sent_again(leases: Leases, 
 
 async def test_a_cancelled_send_hands_the_claim_back(leases: Leases, domain: Domain) -> None:
     host = Host()
-    host.send_delay = 60
+    host.hold = anyio.sleep_forever
     lease = lease_for(leases, host, domain)
-    with anyio.move_on_after(0.3):
-        await lease.deliver(0, text="x")
+    with anyio.fail_after(EXPIRY_WAIT):  # hang guard
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: lease.deliver(0, text="x"))
+            await host.entered.wait()  # claimed, and the host is sending
+            assert (await lease.inspect(0)).state is DirectiveState.CLAIMED
+            tg.cancel_scope.cancel()
     assert (await lease.inspect(0)).state is DirectiveState.PENDING
-    host.send_delay = 0
+    host.hold = None
     assert (await lease.deliver(0, text="x")).outcome is DeliveryOutcome.SENT
+    assert len(host.sent) == 1
 
 
 async def test_a_claim_that_aged_before_sending_is_given_back_unsent(leases: Leases, domain: Domain) -> None:
+    ttl = 4.0
     host = Host()
-    host.check_delay = SHORT_TTL * 0.7  # past SEND_WINDOW of the TTL, before it runs out
-    lease = lease_for(leases, host, domain, ttl=SHORT_TTL)
+    # The host is asked only after the claim was written, so the claim is older than
+    # SEND_WINDOW of its TTL whatever the writes took; the 1.8 s left before the server
+    # expires it are for the write that hands it back.
+    host.check_delay = SEND_WINDOW * ttl + 0.2
+    lease = lease_for(leases, host, domain, ttl=ttl)
     assert (await lease.deliver(0, text="x")).outcome is DeliveryOutcome.BUSY
     assert host.sent == []
     assert (await lease.inspect(0)).state is DirectiveState.PENDING
@@ -241,8 +269,8 @@ async def test_a_claim_that_aged_before_sending_is_given_back_unsent(leases: Lea
 
 async def test_a_send_that_outlived_its_claim_is_still_confirmed(leases: Leases, domain: Domain) -> None:
     host = Host()
-    host.send_delay = SHORT_TTL + 1.2  # the claim expires while the host is sending
-    lease = lease_for(leases, host, domain, ttl=SHORT_TTL)
+    lease = lease_for(leases, host, domain, ttl=SENDER_TTL)
+    host.hold = lambda: wait_until_absent(lease, 0)  # the claim expires while the host is sending
     delivery = await lease.deliver(0, text="x")
     assert (delivery.outcome, delivery.confirmed) == (DeliveryOutcome.SENT, True)
     assert (await lease.inspect(0)).state is DirectiveState.DELIVERED

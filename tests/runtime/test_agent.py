@@ -18,10 +18,11 @@ from anyio.abc import TaskGroup
 
 from agents.context import ContextConfig, LocalContext, StoreError
 from agents.nudges import Channel2LeaseConfig, SqliteNudgeStateStore
-from agents.runtime import Agent, AgentConfig
+from agents.runtime import AgentConfig
 from bus import NatsClient
 from schemas import AddConstraint, Committed, Domain, Reject
 from tests._support import running_coordinator
+from tests.runtime._agents import Agents
 
 CONFIG = ContextConfig(window=200_000, archive_threshold=50_000)
 
@@ -39,8 +40,8 @@ async def bus(nats_url: str) -> AsyncIterator[tuple[NatsClient, TaskGroup]]:
         yield running
 
 
-def _agent(client: NatsClient, domain: Domain, tmp_path: Path, name: str = "a1") -> Agent:
-    config = AgentConfig(
+def _config(domain: Domain, tmp_path: Path, name: str = "a1") -> AgentConfig:
+    return AgentConfig(
         agent_id=name,
         domain=domain,
         store=tmp_path / f"{name}.db",
@@ -48,13 +49,14 @@ def _agent(client: NatsClient, domain: Domain, tmp_path: Path, name: str = "a1")
         heartbeat=0.5,
         channel2=Channel2LeaseConfig(claim_ttl=2),
     )
-    return Agent(client, config)
 
 
-async def test_nudges_rise_and_channel2_is_delivered_once(bus: tuple[NatsClient, TaskGroup], tmp_path: Path) -> None:
+async def test_nudges_rise_and_channel2_is_delivered_once(
+    bus: tuple[NatsClient, TaskGroup], agents: Agents, tmp_path: Path
+) -> None:
     client, tg = bus
     domain = Domain.parse(f"rt/s1/{uuid.uuid4().hex[:8]}")
-    agent = _agent(client, domain, tmp_path)
+    agent = agents.open(client, _config(domain, tmp_path))
     await tg.start(agent.run)
     agent.user("Fix the failing handler tests. Never edit files under vendor/.")
     bands: list[str] = []
@@ -84,17 +86,16 @@ async def test_nudges_rise_and_channel2_is_delivered_once(bus: tuple[NatsClient,
     assert composed.report.total <= composed.report.budget
     assert any(f"[dropped §{plan.queued[0]}§]" in m["content"] for m in composed.messages)
     assert "Never edit files under vendor/" in "\n".join(m["content"] for m in composed.messages)
-    agent.close()
 
 
 async def test_brief_block_reaches_the_prompt_and_survives_restart(
-    bus: tuple[NatsClient, TaskGroup], tmp_path: Path
+    bus: tuple[NatsClient, TaskGroup], agents: Agents, tmp_path: Path
 ) -> None:
     client, tg = bus
     domain = Domain.parse(f"rt/s2/{uuid.uuid4().hex[:8]}")
     with anyio.CancelScope() as scope:
         async with anyio.create_task_group() as own:
-            agent = _agent(client, domain, tmp_path)
+            agent = agents.open(client, _config(domain, tmp_path))
             await own.start(agent.run)
             assert isinstance(await agent.propose(AddConstraint(text="budget <= 50k tokens")), Committed)
             reply = await agent.propose(Reject(option="redis lock", reason="no redis in prod"))
@@ -104,23 +105,25 @@ async def test_brief_block_reaches_the_prompt_and_survives_restart(
             assert "budget <= 50k tokens" in text and "redis lock" in text
             status = agent.status()
             assert status["brief_revision"] == 2
-            agent.close()
+            agents.close(agent)
             scope.cancel()
     # A restarted agent resumes its brief from its own store, then catches up.
-    other = _agent(client, domain, tmp_path, name="a2")
+    other = agents.open(client, _config(domain, tmp_path, name="a2"))
     await tg.start(other.run)
     await other.propose(AddConstraint(text="no new dependencies"))
-    again = _agent(client, domain, tmp_path)
+    again = agents.open(client, _config(domain, tmp_path))
     assert again.replica.revision == 2  # from its store, before touching the bus
     await tg.start(again.run)
     await again.replica.wait_for(3, timeout=5)
     assert again.replica.hash == other.replica.hash
 
 
-async def test_queued_drops_survive_a_restart(bus: tuple[NatsClient, TaskGroup], tmp_path: Path) -> None:
+async def test_queued_drops_survive_a_restart(
+    bus: tuple[NatsClient, TaskGroup], agents: Agents, tmp_path: Path
+) -> None:
     client, _ = bus
     domain = Domain.parse(f"rt/s3/{uuid.uuid4().hex[:8]}")
-    agent = _agent(client, domain, tmp_path)
+    agent = agents.open(client, _config(domain, tmp_path))
     agent.user("Find the slow handler.")
     for i in range(12):
         agent.assistant("grep", tool_name="grep", call_id=f"c{i}")
@@ -128,35 +131,35 @@ async def test_queued_drops_survive_a_restart(bus: tuple[NatsClient, TaskGroup],
     plan = agent.ctx_reduce("3,5")
     assert plan.queued == (3, 5)
     u_before_restart = agent.measure().u
-    agent.close()
-    again = _agent(client, domain, tmp_path)
+    agents.close(agent)
+    again = agents.open(client, _config(domain, tmp_path))
     assert again.status()["queued_drops"] == [3, 5]
     assert again.measure().u == u_before_restart
     again.compose("go on")
     assert {t.tag: t.state for t in again.context.tail()}[3] == "dropped"
     assert again.status()["queued_drops"] == []
-    again.close()
 
 
 @pytest.mark.parametrize("store", ["/proc/ctxbus-test/x/a1.db", "/dev/null/agents/a1.db"])
-async def test_a_store_directory_that_cannot_be_created_is_a_store_error(nats_client: NatsClient, store: str) -> None:
+async def test_a_store_directory_that_cannot_be_created_is_a_store_error(
+    nats_client: NatsClient, agents: Agents, store: str
+) -> None:
     config = AgentConfig(agent_id="a1", domain=Domain.parse("rt/s1/store"), store=Path(store))
     with pytest.raises(StoreError, match=f"^cannot create the directory of agent store {re.escape(store)}: ") as caught:
-        Agent(nats_client, config)
+        agents.open(nats_client, config)
     assert isinstance(caught.value.__cause__, OSError)
 
 
 async def test_the_replica_is_joined_once_run_loaded_the_brief(
-    bus: tuple[NatsClient, TaskGroup], tmp_path: Path
+    bus: tuple[NatsClient, TaskGroup], agents: Agents, tmp_path: Path
 ) -> None:
     client, tg = bus
-    agent = _agent(client, Domain.parse(f"rt/s4/{uuid.uuid4().hex[:8]}"), tmp_path)
+    agent = agents.open(client, _config(Domain.parse(f"rt/s4/{uuid.uuid4().hex[:8]}"), tmp_path))
     assert not agent.replica.joined
     assert agent.status()["brief_hash"] is None and agent.presence().brief_revision == 0
     await tg.start(agent.run)
     assert agent.replica.joined
     assert agent.status()["brief_hash"] == agent.replica.hash
-    agent.close()
 
 
 @pytest.fixture
@@ -179,12 +182,12 @@ def threads_used(monkeypatch: pytest.MonkeyPatch) -> dict[str, set[int]]:
 
 
 async def test_context_and_nudge_state_stay_on_the_event_loop_thread(
-    bus: tuple[NatsClient, TaskGroup], tmp_path: Path, threads_used: dict[str, set[int]]
+    bus: tuple[NatsClient, TaskGroup], agents: Agents, tmp_path: Path, threads_used: dict[str, set[int]]
 ) -> None:
     """LocalContext is not thread-safe, and a worker thread's read-modify-write of the
     nudge state can interleave with one on the loop; so neither ever leaves the loop."""
     client, tg = bus
-    agent = _agent(client, Domain.parse(f"rt/s5/{uuid.uuid4().hex[:8]}"), tmp_path)
+    agent = agents.open(client, _config(Domain.parse(f"rt/s5/{uuid.uuid4().hex[:8]}"), tmp_path))
     await tg.start(agent.run)
     agent.user("Fix the failing handler tests.")
     delivered = False
@@ -194,22 +197,18 @@ async def test_context_and_nudge_state_stay_on_the_event_loop_thread(
         delivered |= outcome.delivery is not None and outcome.delivery.done
     agent.ctx_reduce("3")
     agent.compose("go on")
-    agent.close()
+    agents.close(agent)  # closing stays on the loop's thread too
     assert delivered, "the run must reach Channel 2, whose host writes to the context"
     assert {"LocalContext.add", "SqliteNudgeStateStore.save"} <= threads_used.keys()
     loop = threading.get_ident()
     assert sorted(name for name, threads in threads_used.items() if threads != {loop}) == []
 
 
-async def test_one_process_per_agent_store(nats_client: NatsClient, tmp_path: Path) -> None:
+async def test_one_process_per_agent_store(nats_client: NatsClient, agents: Agents, tmp_path: Path) -> None:
     domain = Domain.parse(f"rt/s4/{uuid.uuid4().hex[:8]}")
-    first = _agent(nats_client, domain, tmp_path)
-    try:
-        with pytest.raises(
-            StoreError, match=rf"store of agent 'a1' .* is in use by another process \(pid {os.getpid()}\)"
-        ):
-            _agent(nats_client, domain, tmp_path)
-        _agent(nats_client, domain, tmp_path, name="a2").close()  # another name has its own store
-    finally:
-        first.close()
-    _agent(nats_client, domain, tmp_path).close()  # free again once closed
+    first = agents.open(nats_client, _config(domain, tmp_path))
+    with pytest.raises(StoreError, match=rf"store of agent 'a1' .* is in use by another process \(pid {os.getpid()}\)"):
+        agents.open(nats_client, _config(domain, tmp_path))
+    agents.close(agents.open(nats_client, _config(domain, tmp_path, name="a2")))  # another name has its own store
+    agents.close(first)
+    agents.close(agents.open(nats_client, _config(domain, tmp_path)))  # free again once closed

@@ -1,4 +1,5 @@
-"""ctx_reduce through the Agent: tags that left the tail, and what `inspect_store` shows."""
+"""ctx_reduce through the Agent: bad requests, tags that left the tail, and what
+`inspect_store` shows."""
 
 from __future__ import annotations
 
@@ -6,16 +7,25 @@ import json
 import logging
 import re
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from agents.context import ContextConfig, LocalContext, StoreError
-from agents.nudges import UnknownDropTags
+from agents.nudges import (
+    Channel1State,
+    DropRangeTooLarge,
+    DropSpecError,
+    ReversedDropRange,
+    TailMeasure,
+    UnknownDropTags,
+)
 from agents.runtime import Agent, AgentConfig, inspect_store
 from agents.runtime._saved import CONFIG_KEY
 from bus import NatsClient
-from schemas import Domain
+from schemas import Domain, UsageError
+from tests.runtime._agents import Agents
 
 SMALL = ContextConfig(window=6000, reserve_system=500, reserve_output=500)
 """Small enough that a dozen tool results push the oldest ones out of the tail."""
@@ -23,8 +33,8 @@ ROOMY = ContextConfig(window=20_000)
 """Room for every result, with a protection window of only the newest few."""
 
 
-def _agent(client: NatsClient, store: Path, domain: Domain, config: ContextConfig) -> Agent:
-    return Agent(client, AgentConfig(agent_id="a1", domain=domain, store=store, context=config))
+def _agent(agents: Agents, client: NatsClient, store: Path, domain: Domain, config: ContextConfig) -> Agent:
+    return agents.open(client, AgentConfig(agent_id="a1", domain=domain, store=store, context=config))
 
 
 async def _grep(agent: Agent, calls: int, *, compose: bool) -> None:
@@ -35,10 +45,56 @@ async def _grep(agent: Agent, calls: int, *, compose: bool) -> None:
             agent.compose()
 
 
-async def test_a_range_over_tags_that_left_the_tail_still_drops_the_rest(
-    nats_client: NatsClient, tmp_path: Path
+def _seen(agent: Agent) -> tuple[object, TailMeasure, Channel1State]:
+    """What a ctx_reduce call could change: the queue, {U, T} and the rest of the
+    measure (but whether it was a full walk), and Channel 1's post-reduce grace."""
+    return agent.status()["queued_drops"], replace(agent.measure(), full=False), agent.channel1.state
+
+
+@pytest.mark.parametrize(
+    ("spec", "error"),
+    [
+        pytest.param("5,404", UnknownDropTags, id="a-result-and-an-unknown-tag"),
+        pytest.param("5-9,404-405", UnknownDropTags, id="a-range-and-unknown-tags"),
+        pytest.param("§5§,§0§", UnknownDropTags, id="marked-tags-and-tag-0"),
+        pytest.param("9-5", ReversedDropRange, id="reversed"),
+        pytest.param("5,x", DropSpecError, id="not-a-number"),
+        pytest.param("5,7-", DropSpecError, id="open-range"),
+        pytest.param("5,1-99999999", DropRangeTooLarge, id="too-large"),
+    ],
+)
+async def test_a_bad_request_changes_nothing(
+    nats_client: NatsClient, agents: Agents, tmp_path: Path, spec: str, error: type[UsageError]
 ) -> None:
-    agent = _agent(nats_client, tmp_path / "a.db", Domain.parse(f"rt/d1/{uuid.uuid4().hex[:8]}"), SMALL)
+    """`Agent.ctx_reduce` promises nothing changes when it raises: nothing is queued
+    (not even the tags that exist), U stays, no grace starts, nothing is saved."""
+    store = tmp_path / "a.db"
+    domain = Domain.parse(f"rt/d0/{uuid.uuid4().hex[:8]}")
+    agent = _agent(agents, nats_client, store, domain, ROOMY)
+    agent.user("Find the slow handler.")
+    await _grep(agent, 6, compose=False)  # tags: 1 the user, then each call and its result
+    assert agent.ctx_reduce("3").queued == (3,)  # a queue and a grace to leave alone
+    agent.assistant("grep more", tool_name="grep", call_id="more")
+    await agent.tool_result("grep", "more output\n" * 150, call_id="more")  # U outgrows the grace's baseline
+    before = _seen(agent)
+    assert before[2].grace is not None and before[2].grace.baseline_u < before[1].u
+
+    with pytest.raises(error):
+        agent.ctx_reduce(spec)
+
+    assert _seen(agent) == before
+    agents.close(agent)
+    again = _agent(agents, nats_client, store, domain, ROOMY)
+    assert again.status()["queued_drops"] == [3], "a failed request must not save a queue"
+    # The tags the bad request named could have gone: now they do.
+    assert again.ctx_reduce("5").queued == (5,)
+    assert again.status()["queued_drops"] == [3, 5]
+
+
+async def test_a_range_over_tags_that_left_the_tail_still_drops_the_rest(
+    nats_client: NatsClient, agents: Agents, tmp_path: Path
+) -> None:
+    agent = _agent(agents, nats_client, tmp_path / "a.db", Domain.parse(f"rt/d1/{uuid.uuid4().hex[:8]}"), SMALL)
     agent.user("Goal: fix the bug.")
     await _grep(agent, 12, compose=True)
     in_tail = {item.tag for item in agent.context.tail()}
@@ -51,37 +107,36 @@ async def test_a_range_over_tags_that_left_the_tail_still_drops_the_rest(
     assert "(already summarized or pinned; nothing to do)" in plan.summary()
     with pytest.raises(UnknownDropTags, match=rf"no such tag §{newest + 1}§"):
         agent.ctx_reduce(str(newest + 1))
-    agent.close()
 
 
 async def test_inspect_store_applies_queued_drops_like_the_next_compose(
-    nats_client: NatsClient, tmp_path: Path
+    nats_client: NatsClient, agents: Agents, tmp_path: Path
 ) -> None:
     store = tmp_path / "a.db"
     domain = Domain.parse(f"rt/d2/{uuid.uuid4().hex[:8]}")
-    agent = _agent(nats_client, store, domain, ROOMY)
+    agent = _agent(agents, nats_client, store, domain, ROOMY)
     agent.user("Find the slow handler.")
     await _grep(agent, 6, compose=False)
     assert agent.ctx_reduce("3").queued == (3,)
-    agent.close()
+    agents.close(agent)
 
     rolling = next(layer for layer in inspect_store(store, domain) if layer.name == "rolling")
     assert [item.text for item in rolling.items if item.tag == 3] == ["[dropped §3§]"]
-    again = _agent(nats_client, store, domain, ROOMY)
+    again = _agent(agents, nats_client, store, domain, ROOMY)
     assert again.status()["queued_drops"] == [3], "inspect must not write to the agent's store"
-    again.close()
 
 
-async def test_a_dropped_result_leaves_its_call_counted(nats_client: NatsClient, tmp_path: Path) -> None:
+async def test_a_dropped_result_leaves_its_call_counted(
+    nats_client: NatsClient, agents: Agents, tmp_path: Path
+) -> None:
     """The engine keeps rendering a call after its result is dropped, so T keeps it."""
-    agent = _agent(nats_client, tmp_path / "a.db", Domain.parse(f"rt/d3/{uuid.uuid4().hex[:8]}"), ROOMY)
+    agent = _agent(agents, nats_client, tmp_path / "a.db", Domain.parse(f"rt/d3/{uuid.uuid4().hex[:8]}"), ROOMY)
     await _grep(agent, 6, compose=False)
     agent.ctx_reduce("2")  # the result of the first call, §1§
     agent.compose()
     shown = {item.tag: item for item in agent.context.tail()}
     assert shown[2].state == "dropped" and shown[1].state == "active"
     assert agent.measure().t == sum(item.tokens for item in shown.values() if item.state != "dropped")
-    agent.close()
 
 
 def _edit_saved_config(store: Path, domain: Domain, **changes: object) -> None:
@@ -94,11 +149,11 @@ def _edit_saved_config(store: Path, domain: Domain, **changes: object) -> None:
 
 
 async def test_inspect_store_reads_settings_saved_by_another_build(
-    nats_client: NatsClient, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    nats_client: NatsClient, agents: Agents, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     store = tmp_path / "a.db"
     domain = Domain.parse(f"rt/d4/{uuid.uuid4().hex[:8]}")
-    _agent(nats_client, store, domain, ROOMY).close()
+    agents.close(_agent(agents, nats_client, store, domain, ROOMY))
     budgets = [layer.budget for layer in inspect_store(store, domain)]
     _edit_saved_config(store, domain, legacy_knob=3)
 
@@ -109,10 +164,12 @@ async def test_inspect_store_reads_settings_saved_by_another_build(
     ]
 
 
-async def test_unusable_saved_settings_are_a_store_error(nats_client: NatsClient, tmp_path: Path) -> None:
+async def test_unusable_saved_settings_are_a_store_error(
+    nats_client: NatsClient, agents: Agents, tmp_path: Path
+) -> None:
     store = tmp_path / "a.db"
     domain = Domain.parse(f"rt/d5/{uuid.uuid4().hex[:8]}")
-    _agent(nats_client, store, domain, ROOMY).close()
+    agents.close(_agent(agents, nats_client, store, domain, ROOMY))
     _edit_saved_config(store, domain, window="large")
     with pytest.raises(StoreError, match=rf"^the context settings saved in {re.escape(str(store))} are not usable: "):
         inspect_store(store, domain)
