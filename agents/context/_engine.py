@@ -305,7 +305,7 @@ class LocalContext:
 
         :raises UnknownMode: if no mode has that name.
         """
-        self._check_open()
+        self._settle()  # the snapshot must hold the layers as ingest leaves them
         new = lookup_mode(self._modes, name)
         snapshot = self._write(meta={"mode": new.name}, new_snapshot=(self._clock(), self._snapshot()))
         assert snapshot is not None

@@ -8,6 +8,7 @@ brief in step and its text goes into every compose as the pinned brief block.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,29 +103,31 @@ class Agent:
         self.id = config.agent_id
         self.domain = config.domain
         _make_store_dir(config.store)
-        self._store_lock = _lock_store(config)
-        try:
+        with contextlib.ExitStack() as undo:  # a constructor that fails leaves nothing open
+            self._store_lock = _lock_store(config)
+            undo.callback(self._store_lock.release)
             self.context = LocalContext(config.store, config.domain, config=config.context, tokenizer=tokenizer)
-        except BaseException:
-            self._store_lock.release()
-            raise
-        self._nudge_store = SqliteNudgeStateStore(config.store)
-        usable = config.context.window - config.context.reserve_system - config.context.reserve_output
-        self._walker = HygieneWalker(self.context.tokenizer, protected_floor=protected_floor(usable))
-        self._adapter = TailAdapter()
-        self._queued = load_queued_drops(self.context)
-        self._last_prompt_tokens = 0
-        self.channel1 = Channel1(self._nudge_store)
-        self._leases = Leases(client)
-        self.host: HostAdapter = host or ContextHost(self.context)
-        lease = Channel2Lease(self._leases, self.host, domain=config.domain, agent_id=self.id, config=config.channel2)
-        self.channel2 = Channel2(self._nudge_store, lease)
-        save_config(self.context, config.context)
-        self.replica = BriefReplica(client, config.domain, resume_from=load_brief(self.context))
-        self.proposer = Proposer(client, config.domain, agent_id=self.id)
-        self._beacon = PresenceBeacon(client, config.domain, self.id, self.presence, interval=config.heartbeat)
-        self._band = "quiet"
-        self._measure: TailMeasure | None = None
+            undo.callback(self.context.close)
+            self._nudge_store = SqliteNudgeStateStore(config.store)
+            usable = config.context.window - config.context.reserve_system - config.context.reserve_output
+            self._walker = HygieneWalker(self.context.tokenizer, protected_floor=protected_floor(usable))
+            self._adapter = TailAdapter()
+            self._queued = load_queued_drops(self.context)
+            self._last_prompt_tokens = 0
+            self.channel1 = Channel1(self._nudge_store)
+            self._leases = Leases(client)
+            self.host: HostAdapter = host or ContextHost(self.context)
+            lease = Channel2Lease(
+                self._leases, self.host, domain=config.domain, agent_id=self.id, config=config.channel2
+            )
+            self.channel2 = Channel2(self._nudge_store, lease)
+            save_config(self.context, config.context)
+            self.replica = BriefReplica(client, config.domain, resume_from=load_brief(self.context))
+            self.proposer = Proposer(client, config.domain, agent_id=self.id)
+            self._beacon = PresenceBeacon(client, config.domain, self.id, self.presence, interval=config.heartbeat)
+            self._band = "quiet"
+            self._measure: TailMeasure | None = None
+            undo.pop_all()
 
     def __repr__(self) -> str:
         return f"<Agent {self.id!r} on {self.domain} band={self._band}>"

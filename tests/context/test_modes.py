@@ -61,6 +61,16 @@ def test_custom_mode_and_restore_keeps_newer_messages(make_ctx: MakeContext) -> 
     assert any(m["content"] == f"§{later}§ Found an off-by-one in pager.py." for m in ctx.compose().messages)
 
 
+def test_a_constraint_stated_just_before_a_switch_is_still_pinned_after_restore(make_ctx: MakeContext) -> None:
+    ctx = make_ctx()
+    ctx.add("user", "Refactor the importer.")
+    tag = ctx.add("user", "You must never push to the main branch.")
+    ctx.switch_mode("chat")  # before any compose: the constraint is not classified yet
+    ctx.restore()
+    pinned = next(view for view in ctx.inspect() if view.name == "pinned")
+    assert tag in [item.tag for item in pinned.items]
+
+
 def test_restore_of_an_unknown_mode_keeps_the_snapshot(make_ctx: MakeContext) -> None:
     review = ModeDescriptor(name="review", system_template="x", kinds=frozenset({"chat"}), output_constraint="y")
     ctx = make_ctx(modes=[review], mode="review")

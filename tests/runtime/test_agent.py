@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import os
 import re
@@ -20,7 +21,7 @@ from agents.context import ContextConfig, LocalContext, StoreError
 from agents.nudges import Channel2LeaseConfig, SqliteNudgeStateStore
 from agents.runtime import AgentConfig
 from bus import NatsClient
-from schemas import AddConstraint, Committed, Domain, Reject
+from schemas import AddConstraint, Committed, CtxbusError, Domain, Reject
 from tests._support import running_coordinator
 from tests.runtime._agents import Agents
 
@@ -212,3 +213,14 @@ async def test_one_process_per_agent_store(nats_client: NatsClient, agents: Agen
     agents.close(agents.open(nats_client, _config(domain, tmp_path, name="a2")))  # another name has its own store
     agents.close(first)
     agents.close(agents.open(nats_client, _config(domain, tmp_path)))  # free again once closed
+
+
+async def test_an_agent_that_fails_to_build_leaves_its_store_free(
+    nats_client: NatsClient, agents: Agents, tmp_path: Path
+) -> None:
+    domain = Domain.parse(f"rt/s5/{uuid.uuid4().hex[:8]}")
+    store = tmp_path / "shared.db"
+    bad = dataclasses.replace(_config(domain, tmp_path), agent_id="bad.id", store=store)
+    with pytest.raises(CtxbusError, match="bad.id"):  # refused after the store was opened
+        agents.open(nats_client, bad)
+    agents.close(agents.open(nats_client, dataclasses.replace(_config(domain, tmp_path), store=store)))
