@@ -113,9 +113,12 @@ class BriefLog:
         """The domain's brief now: the latest snapshot plus every commit after it.
 
         A snapshot taken past the log's end (the log purged by hand, or its stream
-        recreated, under a snapshot that survived) is taken as the brief at the log's
-        end: every loader does the same, and the domain goes on from it, rather than
-        every append missing its expected sequence for good.
+        recreated, under a snapshot that survived) is taken as the brief before all the
+        log holds now, which was written after the loss: every loader replays it all onto
+        the snapshot's brief (commits at or below its revision change nothing), and the
+        domain goes on from there, rather than every append missing its expected sequence
+        for good. (A recreated stream whose new entries already reach past the snapshot's
+        sequence cannot be told from the old one: its first entries are missed.)
         """
         state = await self.load_snapshot(domain)
         if state.seq and (end := await self.end(domain)) < state.seq:
@@ -123,13 +126,13 @@ class BriefLog:
             if end < state.seq:
                 log.warning(
                     "the snapshot of %s is at sequence %d, past its log's end (%d): the log lost "
-                    "entries; going on from the snapshot's brief (revision %d)",
+                    "entries; replaying what it holds onto the snapshot's brief (revision %d)",
                     domain,
                     state.seq,
                     end,
                     state.brief.revision,
                 )
-                state = BriefState(state.brief, end)
+                state = BriefState(state.brief, 0)
         return await self.catch_up(state)
 
     async def load_snapshot(self, domain: Domain) -> BriefState:

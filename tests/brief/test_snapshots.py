@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import uuid
 
+import anyio
 import pytest
 
 from agents.brief import Proposer
 from bus import TX_STREAM, BriefLog, BriefState, NatsClient, Verb, kv_key, subject
+from bus.testing import ServerFactory
 from schemas import AddNote, BriefSnapshot, Close, Commit, Committed, Proposal, TaskBrief, apply
 from tests._support import fresh_domain, running_coordinator
 
@@ -68,3 +70,22 @@ async def test_a_domain_whose_log_was_purged_under_its_snapshot_goes_on_from_the
         assert await agent.propose(AddNote(text="after")) == Committed(revision=4)
         state = await BriefLog(client).load(domain)
     assert [note.text for note in state.brief.notes] == ["n0", "n1", "n2", "after"]
+
+
+async def test_a_log_recreated_under_its_snapshot_keeps_what_was_committed_after(
+    nats_server_factory: ServerFactory,
+) -> None:
+    server = nats_server_factory()
+    domain = fresh_domain("snap")
+    async with running_coordinator(server.url, coordinator_id="c-recreated", snapshot_every=3) as (client, _):
+        agent = Proposer(client, domain, agent_id="a")
+        for i in range(3):
+            assert await agent.propose(AddNote(text=f"n{i}")) == Committed(revision=i + 1)
+        with anyio.fail_after(10):  # the snapshot is written after the answer
+            while (await BriefLog(client).load_snapshot(domain)).seq <= 1:
+                await anyio.sleep(0.05)
+        await client.jetstream().delete_stream(TX_STREAM)  # by hand, or lost with its only copy
+        assert await agent.propose(AddNote(text="after")) == Committed(revision=4)  # at sequence 1
+        state = await BriefLog(client).load(domain)
+        assert [note.text for note in state.brief.notes] == ["n0", "n1", "n2", "after"]
+        assert await agent.propose(AddNote(text="next")) == Committed(revision=5)
