@@ -62,7 +62,7 @@ def read_unavailable(action: str, exc: Exception) -> BusUnavailable:
     A read of a stream that does not exist gets no responders: on a fresh server that
     is the usual cause, since only coordinators create the log and the snapshots.
     """
-    if isinstance(exc, nats.errors.NoRespondersError):
+    if isinstance(exc, (nats.errors.NoRespondersError, nats.js.errors.NotFoundError)):
         return StreamMissing(
             f"{action}: no stream answered (no ctxbus log on this server yet? a coordinator creates it: "
             "`ctxbus up`, or `ctxbus coordinator` against this server)"

@@ -304,8 +304,12 @@ class TxLog:
         entry, and when a quiet spell may hide one. `on_entry` must not block; if it
         raises, the tail ends with its exception.
 
-        :raises LogTruncated: if a quiet spell finds the log ending before the last
-            entry handed on (purged, or its stream recreated, while this reader was away).
+        :raises LogTruncated: if the log no longer holds the last entry handed on
+            (purged, or its stream recreated): as found after a quiet spell or a
+            reconnect (the log ends before it), or from a live entry whose predecessor
+            on the subject is older than it. A stream recreated while the tail was
+            connected and busy, whose new sequences come to line up with the old ones
+            before either check, cannot be told from the old one.
         """
         feed = _LiveFeed(subject, after_seq, on_entry)
         stall = self.config.idle_heartbeat * 3
@@ -316,6 +320,7 @@ class TxLog:
             except TRANSIENT as exc:  # the subscription is sent again on reconnect
                 log.debug("live subscription to %s not confirmed yet (%r)", subject, exc)
             direct_limit = 0  # a join may be far behind: stream it, and learn how far
+            reconnects = self._client.stats["reconnects"]
             while True:
                 if feed.behind:
                     feed.behind = False
@@ -329,7 +334,10 @@ class TxLog:
                 feed.raise_failure()
                 if feed.news.is_set():
                     feed.news = anyio.Event()  # a gap: `behind` is set
-                elif feed.heard == heard:
+                elif feed.heard == heard or self._client.stats["reconnects"] != reconnects:
+                    # A quiet spell may hide an entry; a reconnect may hide a server that
+                    # came back with an empty store, even under a busy tail.
+                    reconnects = self._client.stats["reconnects"]
                     await self._look_past_quiet_spell(feed)
         finally:
             with anyio.CancelScope(shield=True):
@@ -357,6 +365,8 @@ class TxLog:
                     idle_heartbeat=self.config.idle_heartbeat,
                     config=api.ConsumerConfig(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start),
                 )
+            except nats.js.errors.NotFoundError as exc:  # no stream: nothing to follow yet
+                raise read_unavailable(f"cannot follow {subject_filter}", exc) from exc
             except RECOVERING as exc:
                 log.debug("cannot subscribe to %s yet (%r); retrying", subject_filter, exc)
                 await retry.pause()
@@ -460,9 +470,15 @@ class _LiveFeed:
         if entry is None:
             log.warning("ignoring a message on %s without the stream's republish headers", msg.subject)
             return
-        self.heard += 1
         if entry.seq <= self.have:
-            return  # read already
+            return  # read already (not news: a quiet spell may still hide an entry)
+        self.heard += 1
+        if entry.prev_seq is not None and entry.prev_seq < self.have:
+            # The entry before this one on the subject is older than ours: ours is gone
+            # (a stream recreated under a busy tail, which a quiet spell never checks).
+            self._failure = self._failure or LogTruncated(self.subject, self.have, entry.prev_seq)
+            self.news.set()
+            return
         if entry.prev_seq != self.have:
             log.debug("missed entries of %s after %d; reading them", self.subject, self.have)
             self.behind = True

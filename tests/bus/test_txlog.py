@@ -219,6 +219,29 @@ async def test_tail_raises_when_a_quiet_spell_finds_its_entries_purged(nats_clie
     assert (error.held, error.end) == (got.entries[-1].seq, 0)
 
 
+async def test_a_busy_tail_notices_its_stream_recreated_from_the_next_entry(nats_client: Client) -> None:
+    stream = f"RECREATED_{uuid.uuid4().hex[:8]}"
+    txlog = TxLog(nats_client, TxLogConfig(stream=stream, subjects=(f"{stream}.>",), idle_heartbeat=60))
+    await txlog.ensure()
+    mine, other = f"{stream}.tx", f"{stream}.other"
+    held = [await txlog.append(mine, name, uuid.uuid4().hex) for name in (b"old0", b"old1")][-1]
+    got = _Collected()
+    with pytest.raises(ExceptionGroup) as caught, anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(txlog.tail, mine, held, got)  # no quiet spell in time: only live entries tell
+            await anyio.sleep(0.2)  # caught up (nothing to read), listening
+            await nats_client.jetstream().delete_stream(stream)
+            await txlog.ensure()  # sequences start again at 1
+            await txlog.append(mine, b"new0", uuid.uuid4().hex)  # seq 1: at or below ours, ignored
+            for _ in range(2):
+                await txlog.append(other, b"x", uuid.uuid4().hex)
+            await txlog.append(mine, b"new1", uuid.uuid4().hex)  # seq 4, after seq 1: ours (2) is gone
+            await anyio.sleep_forever()
+    [error] = caught.value.exceptions
+    assert isinstance(error, LogTruncated) and (error.held, error.end) == (2, 1)
+    assert got.payloads == [], "nothing of the new stream was taken for what followed ours"
+
+
 async def _lossy_log(client: Client, idle_heartbeat: float) -> tuple[TxLog, str, set[bytes]]:
     """A log whose live copies reach tails through a relay that drops the payloads in the
     set it returns: a missed live entry, made to order (in life: a disconnect, or a

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -86,14 +87,18 @@ def test_log_follow_stopped_during_an_outage_ends_without_a_traceback(
     server = nats_server_factory()
     domain = fresh_domain("follow")
     env = _env(tmp_path) | {"CTXBUS_NATS_URL": server.url}
-    # The log stream must exist for `log -f` to follow it: a proposal nobody answers does not
-    # create it, so let `ctxbus coordinator` do that, then stop it.
-    with Command("coordinator", env=env) as coordinator:
+    # A coordinator creates the log and commits one note, which shows that `log -f` is
+    # following; then the coordinator stops and the server goes away.
+    with contextlib.ExitStack() as stack:  # both processes are killed, even if an assert fails
+        coordinator = stack.enter_context(Command("coordinator", env=env))
         assert "serving" in coordinator.readline(), coordinator.stderr
+        follow = stack.enter_context(Command("log", "-f", "-d", str(domain), env=env))
+        with Command("brief", "propose", "add_note", "following now", "-d", str(domain), env=env) as propose:
+            propose.finish()
+        while "following now" not in (line := follow.readline()):
+            assert line, follow.stderr  # '' is the end of its output
         coordinator.proc.send_signal(signal.SIGINT)
         coordinator.finish()
-    with Command("log", "-f", "-d", str(domain), env=env) as follow:
-        time.sleep(1.5)  # following
         server.kill()
         time.sleep(4.5)  # reconnecting, past the 3 s after which it asks the log for news
         assert follow.proc.poll() is None, follow.stderr
@@ -141,3 +146,14 @@ def test_mcp_stopped_while_disconnected_ends_without_a_traceback(
             if stream is not None:
                 stream.close()
     assert "Traceback" not in err, err
+
+
+def test_log_follow_on_a_server_without_a_log_says_so_in_one_line(
+    nats_server_factory: Callable[..., EmbeddedServer], tmp_path: Path
+) -> None:
+    server = nats_server_factory()
+    env = _env(tmp_path) | {"CTXBUS_NATS_URL": server.url}
+    with Command("log", "-f", "-d", str(fresh_domain("nolog")), env=env) as follow:
+        _, err = follow.finish()
+    assert follow.proc.returncode == 1, err
+    assert "no ctxbus log on this server yet" in err and "Traceback" not in err, err
