@@ -18,6 +18,7 @@ from typing import Annotated, Any, Final, Literal, Self, TypeAlias
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, StringConstraints
 
 from schemas._domain import Domain
+from schemas._errors import UsageError
 
 __all__ = [
     "AUTHOR_MAX",
@@ -265,7 +266,7 @@ class TaskBrief(BriefModel):
         retried `close` still hear that it was committed.
         """
         if self.closed is None:
-            raise ValueError(f"the brief of {self.domain} is open: only a closed domain is purged")
+            raise UsageError(f"the brief of {self.domain} is open: only a closed domain is purged")
         return TaskBrief(domain=self.domain, revision=self.revision, closed=self.closed, applied_keys=self.applied_keys)
 
     def active_decisions(self) -> tuple[Decision, ...]:

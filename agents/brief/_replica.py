@@ -14,7 +14,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from bus import BriefLog, BriefState, NatsClient
-from schemas import Domain, TaskBrief, brief_hash, render_brief
+from schemas import Domain, TaskBrief, UsageError, brief_hash, render_brief
 
 __all__ = ["BriefReplica"]
 
@@ -41,7 +41,7 @@ class BriefReplica:
         brief_log: BriefLog | None = None,
     ) -> None:
         if resume_from is not None and resume_from.domain != domain:
-            raise ValueError(f"cannot resume {domain} from a state of {resume_from.domain}")
+            raise UsageError(f"cannot resume {domain} from a state of {resume_from.domain}")
         self.domain = domain
         self._log = brief_log or BriefLog(client)
         self._state = resume_from
