@@ -76,7 +76,7 @@ class Leases:
         expected = 0
         for _ in range(_CLAIM_ATTEMPTS):
             try:
-                return await self.transition(key, expected, value, ttl)
+                return await self.transition(key, expected, value, ttl=ttl)
             except CasConflict:
                 current = await self._bucket.get(key)
                 if current is None:
@@ -88,7 +88,7 @@ class Leases:
         raise CasConflict(key, expected, None)
 
     async def transition(
-        self, key: str, expected_revision: int, record: LeaseRecord, ttl: float | None = None
+        self, key: str, expected_revision: int, record: LeaseRecord, *, ttl: float | None = None
     ) -> Lease:
         """Replace the value if the key is still at `expected_revision`.
 

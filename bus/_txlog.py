@@ -148,6 +148,7 @@ class TxLog:
         subject: str,
         payload: bytes,
         msg_id: str,
+        *,
         expected_last_subject_seq: int | None = None,
     ) -> int:
         """Append `payload` to `subject` and return its stream sequence.

@@ -189,7 +189,7 @@ class LocalContext:
 
     # -- compose / inspect -------------------------------------------------------------
 
-    def compose(self, user_input: str = "", brief: str | None = None) -> Composition:
+    def compose(self, user_input: str = "", *, brief: str | None = None) -> Composition:
         """The prompt for the next model call, and a report of what was trimmed and why.
 
         Messages come in the order system (+ output constraint), summary, pinned (+ the
@@ -243,7 +243,7 @@ class LocalContext:
         self._state.touch(entry)
         return read_lines(entry.content, tag=entry.tag, lines=lines, query=query)
 
-    def search(self, query: str, limit: int = 5) -> list[SearchHit]:
+    def search(self, query: str, *, limit: int = 5) -> list[SearchHit]:
         """BM25-ranked compact hits over every message of this agent (SQLite FTS5).
 
         :raises UsageError: if the query has no words or `limit` < 1.

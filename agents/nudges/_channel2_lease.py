@@ -255,7 +255,7 @@ class Channel2Lease:
         try:
             for _ in range(self.config.max_steps):
                 try:
-                    await self._leases.transition(claim.key, revision, record, self.config.delivered_ttl)
+                    await self._leases.transition(claim.key, revision, record, ttl=self.config.delivered_ttl)
                     return self._result(cycle, outcome, confirmed=True)
                 except CasConflict:
                     # Our claim ran out first. Nobody will send again (the host has the
@@ -307,7 +307,7 @@ class Channel2Lease:
         log.warning("channel 2 lease %s holds an unknown value; re-arming it", self.key(cycle))
         record = self._record(DirectiveState.PENDING, cycle)
         try:
-            lease = await self._leases.transition(self.key(cycle), view.revision, record, self.config.claim_ttl)
+            lease = await self._leases.transition(self.key(cycle), view.revision, record, ttl=self.config.claim_ttl)
         except CasConflict:
             return await self._view(cycle)
         return DirectiveView(DirectiveState.PENDING, lease.revision, record)
@@ -315,7 +315,7 @@ class Channel2Lease:
     async def _claim(self, cycle: int, view: DirectiveView) -> Lease | None:
         record = self._record(DirectiveState.CLAIMED, cycle, token=uuid.uuid4().hex)
         try:
-            return await self._leases.transition(self.key(cycle), view.revision, record, self.config.claim_ttl)
+            return await self._leases.transition(self.key(cycle), view.revision, record, ttl=self.config.claim_ttl)
         except CasConflict:
             return None
 
@@ -323,7 +323,7 @@ class Channel2Lease:
         """Back to pending; if that fails the claim simply expires."""
         record = self._record(DirectiveState.PENDING, message.cycle)
         try:
-            await self._leases.transition(claim.key, claim.revision, record, self.config.claim_ttl)
+            await self._leases.transition(claim.key, claim.revision, record, ttl=self.config.claim_ttl)
         except BusError as exc:  # CasConflict included: the claim is gone already
             log.info("channel 2 claim on %s not handed back (%r); it will expire", claim.key, exc)
 

@@ -229,7 +229,7 @@ class Agent:
 
     def search(self, query: str, limit: int = 5) -> list[SearchHit]:
         """The `ctx_search` tool."""
-        return self.context.search(query, limit)
+        return self.context.search(query, limit=limit)
 
     def read(self, ref: int | str, *, lines: tuple[int, int | None] | None = None, query: str | None = None) -> str:
         """The `ctx_read` tool."""

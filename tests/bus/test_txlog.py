@@ -114,7 +114,7 @@ async def test_cas_writers_never_both_commit_on_one_base(txlog: TxLog) -> None:
 
     async def writer(i: int) -> None:
         try:
-            won.append(await txlog.append(subject, f"w{i}".encode(), uuid.uuid4().hex, base))
+            won.append(await txlog.append(subject, f"w{i}".encode(), uuid.uuid4().hex, expected_last_subject_seq=base))
         except CasConflict as exc:
             lost.append(exc)
 
