@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +22,8 @@ from typing import IO
 
 import pytest
 
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+"""Terminal escape sequences (colours, cursor moves) a live view is drawn with."""
 READ_TIMEOUT = 30.0
 """Seconds a test waits for one line of output, or for a process to exit, before failing."""
 
@@ -152,6 +156,22 @@ class Command:
             pytest.fail(f"no line on stdout within {timeout:.0f}s; stderr so far:\n{self.stderr}")
         self._ended = not line
         return line
+
+    def read_until(self, shown: Callable[[str], bool]) -> bool:
+        """Read until a line, terminal escapes removed, satisfies `shown` (True), or until
+        the process ends or READ_TIMEOUT passes (False): for live views, redrawn all the
+        time, whose lines keep coming whether or not the awaited one ever does."""
+        deadline = time.monotonic() + READ_TIMEOUT
+        try:
+            while time.monotonic() < deadline:
+                line = _ANSI.sub("", self.readline())
+                if not line:
+                    return False
+                if shown(line):
+                    return True
+        except pytest.fail.Exception:  # no line at all for READ_TIMEOUT
+            pass
+        return False
 
     def children(self) -> list[int]:
         """Pids of the process's children, remembered so `kill()` ends them even once orphaned."""

@@ -3,39 +3,22 @@
 from __future__ import annotations
 
 import os
-import re
 import signal
-import time
 import uuid
 from pathlib import Path
 
 import anyio
 import anyio.to_thread
-import pytest
 
 from agents.brief import PresenceBeacon
 from bus import NatsClient
 from schemas import Domain, Presence
-from tests.cli._procs import READ_TIMEOUT, Command
-
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+from tests.cli._procs import Command
 
 
 def _shows_row(top: Command, *cells: str) -> bool:
-    """Read the live view until a table row shows every one of `cells` (True), or until
-    `top` ends or READ_TIMEOUT passes (False): the view is redrawn all the time, so lines
-    keep coming whether or not the row ever does."""
-    deadline = time.monotonic() + READ_TIMEOUT
-    try:
-        while time.monotonic() < deadline:
-            line = _ANSI.sub("", top.readline())
-            if not line:
-                return False
-            if all(cell in line for cell in cells):
-                return True
-    except pytest.fail.Exception:  # no line at all for READ_TIMEOUT
-        pass
-    return False
+    """Whether a table row comes to show every one of `cells` (see `Command.read_until`)."""
+    return top.read_until(lambda line: all(cell in line for cell in cells))
 
 
 async def test_top_shows_an_agent_while_its_heartbeat_lives(

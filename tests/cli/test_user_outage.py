@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -14,7 +13,6 @@ from pathlib import Path
 
 import anyio
 import anyio.to_thread
-import pytest
 
 from agents.brief import PresenceBeacon
 from bus import BusConfig, EmbeddedServer, close_quietly, connect
@@ -22,24 +20,7 @@ from schemas import Presence
 from tests._support import fresh_domain
 from tests.cli._procs import READ_TIMEOUT, Command
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 DISCONNECTED = "disconnected from NATS, reconnecting (Ctrl-C to stop); rows as last read"
-
-
-def _until(cli: Command, shown: Callable[[str], bool]) -> bool:
-    """Read the live view until a line satisfies `shown` (True), or until the command
-    ends or READ_TIMEOUT passes (False)."""
-    deadline = time.monotonic() + READ_TIMEOUT
-    try:
-        while time.monotonic() < deadline:
-            line = _ANSI.sub("", cli.readline())
-            if not line:
-                return False
-            if shown(line):
-                return True
-    except pytest.fail.Exception:  # no line at all for READ_TIMEOUT
-        pass
-    return False
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
@@ -55,9 +36,9 @@ async def test_top_says_it_is_disconnected_and_recovers_when_the_server_is_back(
     domain = fresh_domain("top")
     args = ("top", "-d", str(domain), "--nats", server.url, "--interval", "0.2")
     with Command(*args, env=_env(tmp_path)) as top:
-        assert await anyio.to_thread.run_sync(_until, top, lambda line: "no live agents" in line), top.stderr
+        assert await anyio.to_thread.run_sync(top.read_until, lambda line: "no live agents" in line), top.stderr
         await anyio.to_thread.run_sync(server.kill)
-        said = await anyio.to_thread.run_sync(_until, top, lambda line: DISCONNECTED in line)
+        said = await anyio.to_thread.run_sync(top.read_until, lambda line: DISCONNECTED in line)
         assert said, f"no line saying it is disconnected; stderr:\n{top.stderr}"
         assert top.proc.poll() is None, top.stderr
 
@@ -70,7 +51,7 @@ async def test_top_says_it_is_disconnected_and_recovers_when_the_server_is_back(
 
             async with anyio.create_task_group() as tg:
                 await tg.start(PresenceBeacon(client, domain, "back-1", heartbeat, interval=0.2).run)
-                back = await anyio.to_thread.run_sync(_until, top, lambda line: "back-1" in line)
+                back = await anyio.to_thread.run_sync(top.read_until, lambda line: "back-1" in line)
                 tg.cancel_scope.cancel()
         finally:
             await close_quietly(client)
