@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+import unicodedata
 from collections.abc import Mapping
 from functools import cached_property
 from typing import Annotated, Any, Final, Literal, Self, TypeAlias
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, StringConstraints
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, StringConstraints
 
 from schemas._domain import Domain
 from schemas._errors import UsageError
@@ -73,8 +75,39 @@ KEYS_TRIM_SLACK: Final = 256
 """Keys remembered beyond `KEYS_REMEMBERED` before the oldest are dropped, all at once:
 the trim sorts every key, so it runs once per this many commits, not on each."""
 
-Text: TypeAlias = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=TEXT_MAX)]
-Option: TypeAlias = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=OPTION_MAX)]
+
+def normalize(text: str) -> str:
+    """The form in which options and item texts are compared, so that `'Local  Lock'`,
+    `'local lock'` and `'ｌｏｃａｌ\u200b lock'` match.
+
+    An agent must not get around a rejection, or slip in a duplicate, by changing case,
+    spacing, Unicode form or invisible characters: the text is NFKC-normalized, loses its
+    format characters (zero-width spaces, soft hyphens), is case-folded, and its runs of
+    whitespace become one space, with none beside punctuation (`'a + b'` is `'a+b'`).
+    ASCII text, the usual case, skips the Unicode steps: they cannot change it.
+    """
+    if not text.isascii():
+        text = unicodedata.normalize("NFKC", text)
+        text = "".join(char for char in text if unicodedata.category(char) != "Cf")
+        text = unicodedata.normalize("NFKC", text.casefold())  # folding can leave other forms
+    return " ".join(_SPACE_BY_PUNCTUATION.sub("", text.casefold()).split())
+
+
+_SPACE_BY_PUNCTUATION: Final = re.compile(r"\s+(?=[^\w\s])|(?<=[^\w\s])\s+")
+
+
+def _visible(text: str) -> str:
+    if not normalize(text):
+        raise ValueError("has no visible characters")
+    return text
+
+
+Text: TypeAlias = Annotated[
+    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=TEXT_MAX), AfterValidator(_visible)
+]
+Option: TypeAlias = Annotated[
+    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=OPTION_MAX), AfterValidator(_visible)
+]
 # A reason may be blank at the schema level so that the rules, not pydantic, refuse a
 # missing one: the proposer then gets `missing_reason` and a sentence, not a schema error.
 Reason: TypeAlias = Annotated[str, StringConstraints(strip_whitespace=True, max_length=REASON_MAX)]
@@ -91,15 +124,6 @@ def _parse_domain(value: object) -> object:
 
 DomainField: TypeAlias = Annotated[Domain, BeforeValidator(_parse_domain), PlainSerializer(str, return_type=str)]
 """A `Domain` that loads from `'user/session/task'` and dumps back to that string."""
-
-
-def normalize(text: str) -> str:
-    """Fold case and runs of whitespace, so `'Local  Lock'` and `'local lock'` match.
-
-    Options and item texts are compared in this form: an agent must not get around a
-    rejection, or slip in a duplicate, by changing case or spacing.
-    """
-    return " ".join(text.casefold().split())
 
 
 class BriefModel(BaseModel):

@@ -294,7 +294,7 @@ def _check_fold(brief: TaskBrief, item_ids: tuple[str, ...]) -> Rejection | None
 
 
 def _need_reason(action: str, reason: str) -> Rejection | None:
-    if reason:
+    if normalize(reason):  # a reason nobody can see is no reason
         return None
     return _no(Code.MISSING_REASON, f"{action} needs a reason; say why")
 

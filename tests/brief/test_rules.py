@@ -181,6 +181,44 @@ def test_reopened_option_can_be_decided() -> None:
     assert after.active_decisions()[-1].option == "Local lock + unique index"
 
 
+@pytest.mark.parametrize(
+    "disguise",
+    [
+        "local lock+unique index",  # spacing by punctuation
+        "ｌｏｃａｌ lock + unique index",  # full-width letters
+        "local\u200b lock + unique index",  # zero-width space
+        "lo\xadcal lock + unique index",  # soft hyphen
+    ],
+    ids=["punctuation", "fullwidth", "zero_width", "soft_hyphen"],
+)
+def test_a_rejected_option_cannot_be_adopted_in_disguise(disguise: str) -> None:
+    refusal = validate(seeded(), _proposal(AddDecision(option=disguise)))
+    assert isinstance(refusal, Rejection) and refusal.code is RejectionCode.REJECTED_OPTION
+
+
+def test_composed_and_decomposed_accents_are_one_option() -> None:
+    brief = accept(seeded(), Reject(option="caf\u00e9 lock", reason="deadlocks"))
+    refusal = validate(brief, _proposal(AddDecision(option="cafe\u0301 lock")))
+    assert isinstance(refusal, Rejection) and refusal.code is RejectionCode.REJECTED_OPTION
+    reopened = accept(brief, Reopen(option="CAFE\u0301 LOCK", reason="fixed upstream"))
+    assert [r.option for r in reopened.rejected] == [r.option for r in seeded().rejected]
+
+
+@pytest.mark.parametrize("invisible", ["\u200b", "\x1f", "\u2060", "\ufeff"])
+def test_an_invisible_reason_is_no_reason(invisible: str) -> None:
+    op = RemoveConstraint(item_id=seeded().constraints[0].id, reason=invisible)
+    refusal = validate(seeded(), _proposal(op))
+    assert isinstance(refusal, Rejection) and refusal.code is RejectionCode.MISSING_REASON
+
+
+@pytest.mark.parametrize("invisible", ["\u200b", "\x1c", "\u200b \ufeff"])
+def test_an_item_must_have_visible_text(invisible: str) -> None:
+    with pytest.raises(ValueError, match="no visible characters"):
+        AddPending(text=invisible)
+    with pytest.raises(ValueError, match="no visible characters"):
+        Reject(option=invisible, reason="r")
+
+
 # --- every rejection code ---------------------------------------------------------------
 
 
