@@ -18,7 +18,8 @@ from schemas._brief import Decision, TaskBrief
 
 __all__ = ["render_brief"]
 
-_LINE_BREAKS = re.compile(r"\s*[\r\n\v\f\x85\u2028\u2029]+\s*")
+_LINE_BREAKS = re.compile(r"\s*[\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029]+\s*")
+"""Every character `str.splitlines` breaks on: what a reader of the text may split it by."""
 _SHOWN_BREAK = " ⏎ "
 
 

@@ -20,8 +20,14 @@ def _with(*ops: AddNote | SetGoal | Close) -> TaskBrief:
 
 @pytest.mark.parametrize(
     "op",
-    [AddNote(text=FORGED), SetGoal(text=FORGED), Close(reason=FORGED), AddNote(text="a\r\nb\u2028c\x0bd")],
-    ids=["note", "goal", "close_reason", "other_breaks"],
+    [
+        AddNote(text=FORGED),
+        SetGoal(text=FORGED),
+        Close(reason=FORGED),
+        AddNote(text="a\r\nb\u2028c\x0bd"),
+        AddNote(text=FORGED.replace("\n", "\x1e")),  # a record separator: `splitlines` breaks there too
+    ],
+    ids=["note", "goal", "close_reason", "other_breaks", "record_separator"],
 )
 def test_no_text_can_draw_a_line_of_its_own(op: AddNote | SetGoal | Close) -> None:
     rendered = render_brief(_with(op))
