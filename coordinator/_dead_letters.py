@@ -25,8 +25,8 @@ class DeadLetters:
     async def send(self, request: Request, domain: Domain | None, reason: str, detail: str) -> None:
         """Count, log and publish one dead letter; never raises."""
         self._metrics.dead_lettered(reason)
-        log.warning("dead letter on %s: %s: %s", request.subject, reason, detail)
         letter = DeadLetter.of(reason=reason, detail=detail, subject=request.subject, payload=request.data)
+        log.warning("dead letter on %s: %s: %s", request.subject, reason, letter.detail)
         try:
             if domain is None:
                 await publish(self._client, GLOBAL_DLQ, letter.encode())

@@ -85,7 +85,7 @@ from schemas._message import (
     message_id,
 )
 from schemas._presence import Presence
-from schemas._status import DEAD_LETTER_QUOTE_MAX, CoordinatorStatus, DeadLetter
+from schemas._status import DEAD_LETTER_DETAIL_MAX, DEAD_LETTER_QUOTE_MAX, CoordinatorStatus, DeadLetter
 from schemas._swarm_events import (
     AgentResult,
     Channel2Cycle,
@@ -120,6 +120,7 @@ __all__ = [
     "Complete",
     "CoordinatorStatus",
     "CtxbusError",
+    "DEAD_LETTER_DETAIL_MAX",
     "DEAD_LETTER_QUOTE_MAX",
     "DEFAULT_MAX_PAYLOAD",
     "DOMAIN_TOKEN_MAX",

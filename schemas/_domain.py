@@ -8,7 +8,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
 
-from schemas._errors import InvalidDomain
+from schemas._errors import InvalidDomain, shown
 
 __all__ = ["Domain", "DOMAIN_TOKEN_MAX", "validate_token"]
 
@@ -32,7 +32,9 @@ def validate_token(value: str, *, field: str = "token") -> str:
         raise InvalidDomain(f"{field} is {len(value)} characters long, over the limit of {DOMAIN_TOKEN_MAX}")
     if not _TOKEN.fullmatch(value):
         bad = next(c for c in value if not _TOKEN.fullmatch(c))
-        raise InvalidDomain(f"{field} {value!r} contains {bad!r}; only ASCII letters, digits, '_' and '-' are allowed")
+        raise InvalidDomain(
+            f"{field} {shown(value)} contains {bad!r}; only ASCII letters, digits, '_' and '-' are allowed"
+        )
     return value
 
 
@@ -70,7 +72,7 @@ class Domain(BaseModel):
         :raises InvalidDomain: if there are not exactly three tokens or one is malformed.
         """
         if not isinstance(text, str):
-            raise InvalidDomain(f"domain must be a string 'user/session/task', got {text!r}")
+            raise InvalidDomain(f"domain must be a string 'user/session/task', got {shown(text)}")
         return _parse(text)
 
     @property
@@ -91,5 +93,5 @@ class Domain(BaseModel):
 def _parse(text: str) -> Domain:
     parts = text.split("/")
     if len(parts) != 3:
-        raise InvalidDomain(f"domain {text!r} must have the form 'user/session/task' (3 parts, got {len(parts)})")
+        raise InvalidDomain(f"domain {shown(text)} must have the form 'user/session/task' (3 parts, got {len(parts)})")
     return Domain(user=_user(parts[0]), session=_session(parts[1]), task=_task(parts[2]))

@@ -126,7 +126,7 @@ class Envelope(BaseModel):
             raise PayloadTooLarge(len(data), max_size)
         raw = _unpack(data)
         if "v" not in raw:
-            raise SchemaVersionError(None, SUPPORTED_VERSIONS)
+            raise SchemaVersionError(None, SUPPORTED_VERSIONS, missing=True)
         version = raw["v"]
         if version not in SUPPORTED_VERSIONS or isinstance(version, bool):
             raise SchemaVersionError(version, SUPPORTED_VERSIONS)

@@ -66,14 +66,15 @@ class DecodeError(WireError):
 class SchemaVersionError(WireError):
     """Raised when an envelope carries a schema version this build does not speak."""
 
-    def __init__(self, version: object, supported: tuple[int, ...]) -> None:
+    def __init__(self, version: object, supported: tuple[int, ...], *, missing: bool = False) -> None:
+        """:param missing: the envelope has no `v` at all (`version` is then None)."""
         self.version = version
         self.supported = supported
         wanted = ", ".join(str(v) for v in supported)
-        if version is None:
+        if missing:
             super().__init__(f"the envelope has no version field 'v'; this build speaks v{wanted}")
         else:
-            super().__init__(f"unsupported envelope version {version!r}; this build speaks v{wanted}")
+            super().__init__(f"unsupported envelope version {shown(version)}; this build speaks v{wanted}")
 
 
 class EnvelopeInvalid(WireError):
@@ -90,6 +91,17 @@ class PayloadTooLarge(WireError):
 
 
 _SHOWN_INPUT_MAX: Final = 60
+
+
+def shown(value: object) -> str:
+    """`repr(value)`, clipped to 60 characters: an error message quotes what it refuses,
+    and a megabyte of junk must not make a megabyte of message."""
+    text = repr(value)
+    if len(text) > _SHOWN_INPUT_MAX:
+        text = text[: _SHOWN_INPUT_MAX - 3] + "..."
+    return text
+
+
 _PROBLEMS_MAX: Final = 10
 
 
@@ -126,10 +138,7 @@ def _describe(error: ErrorDetails, *, skip: int, show_input: bool) -> str:
     if where:
         problem = f"{subject}: {problem}"
     if show_input and error["type"] != "missing":  # a missing field's input is its parent
-        shown = repr(value)
-        if len(shown) > _SHOWN_INPUT_MAX:
-            shown = shown[: _SHOWN_INPUT_MAX - 3] + "..."
-        problem += f" (got {shown})"
+        problem += f" (got {shown(value)})"
     return problem
 
 

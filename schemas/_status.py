@@ -16,10 +16,12 @@ from schemas._envelope import Envelope, MessageType
 from schemas._errors import DecodeError, EnvelopeInvalid, describe_validation_error
 from schemas._stored import StoredValue
 
-__all__ = ["CoordinatorStatus", "DEAD_LETTER_QUOTE_MAX", "DeadLetter"]
+__all__ = ["CoordinatorStatus", "DEAD_LETTER_DETAIL_MAX", "DEAD_LETTER_QUOTE_MAX", "DeadLetter"]
 
 DEAD_LETTER_QUOTE_MAX: Final = 4096
 """How many bytes of the offending payload a dead letter quotes, at most."""
+DEAD_LETTER_DETAIL_MAX: Final = 2000
+"""Longest `DeadLetter.detail`, in characters; a longer error is clipped."""
 
 
 class CoordinatorStatus(BaseModel):
@@ -91,7 +93,7 @@ class DeadLetter(StoredValue):
 
     reason: str
     """Why it was refused: an error class (`DecodeError`) or a code (`wrong_type`, `bad_subject`)."""
-    detail: str
+    detail: str = Field(max_length=DEAD_LETTER_DETAIL_MAX)
     """The error, as a human reads it."""
     subject: str
     """The subject the message came on."""
@@ -105,7 +107,7 @@ class DeadLetter(StoredValue):
         """The report on `payload`, which it quotes only the head of."""
         return cls(
             reason=reason,
-            detail=detail,
+            detail=detail if len(detail) <= DEAD_LETTER_DETAIL_MAX else detail[: DEAD_LETTER_DETAIL_MAX - 3] + "...",
             subject=subject,
             size=len(payload),
             payload_head=payload[:DEAD_LETTER_QUOTE_MAX],

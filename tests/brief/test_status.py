@@ -29,6 +29,7 @@ from bus import (
 )
 from coordinator.cli._status_cmds import _coordinator_status, _status
 from schemas import (
+    DEAD_LETTER_DETAIL_MAX,
     DEAD_LETTER_QUOTE_MAX,
     AddNote,
     Committed,
@@ -140,9 +141,22 @@ async def test_dead_letters_are_reports_on_either_subject(nats_url: str) -> None
     assert msgpack.unpackb(outside)["reason"] == "bad_subject", "still a plain msgpack map"
 
 
+async def test_a_message_whose_error_would_quote_a_megabyte_still_makes_a_dead_letter(nats_url: str) -> None:
+    domain = fresh_domain()
+    junk = msgpack.packb({"v": "\x00" * 300_000, "type": "proposal"})
+    async with running_coordinator(nats_url, coordinator_id="c-dlq-big") as (client, _):
+        dlq = await client.subscribe(subject(domain, Verb.DLQ))
+        await request(client, subject(domain, Verb.PROPOSE), junk, timeout=5)
+        letter = DeadLetter.of_envelope(Envelope.decode((await dlq.next_msg(timeout=5)).data))
+    assert letter.reason == "SchemaVersionError" and letter.size == len(junk)
+    assert len(letter.detail) < 300, letter.detail
+
+
 def test_a_dead_letter_quotes_only_the_head_and_refuses_what_is_not_one() -> None:
     letter = DeadLetter.of(reason="r", detail="d", subject="s", payload=b"y" * (DEAD_LETTER_QUOTE_MAX + 1))
     assert letter.size == DEAD_LETTER_QUOTE_MAX + 1 and len(letter.payload_head) == DEAD_LETTER_QUOTE_MAX
+    long = DeadLetter.of(reason="r", detail="e" * 100_000, subject="s", payload=b"")
+    assert len(long.detail) == DEAD_LETTER_DETAIL_MAX and long.detail.endswith("...")
     assert DeadLetter.decode(letter.encode()) == letter
     domain = fresh_domain()
     assert DeadLetter.of_envelope(Envelope.decode(letter.envelope(domain=domain, sender="c").encode())) == letter

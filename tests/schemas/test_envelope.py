@@ -84,6 +84,7 @@ def test_domain_travels_in_display_form() -> None:
         (_raw(v=2), SchemaVersionError, "unsupported envelope version 2; this build speaks v1"),
         (_raw(v="1"), SchemaVersionError, "version '1'"),
         (_raw(v=True), SchemaVersionError, "version True"),
+        (_raw(v=None), SchemaVersionError, "unsupported envelope version None"),
         (msgpack.packb({"type": "commit"}), SchemaVersionError, "the envelope has no version field 'v'"),
         (_raw(type="gossip"), EnvelopeInvalid, "field 'type'"),
         (_raw(ts="yesterday"), EnvelopeInvalid, "field 'ts'"),
@@ -100,6 +101,13 @@ def test_rejections_name_what_was_wrong(data: bytes, error: type[WireError], say
     with pytest.raises(error) as caught:
         Envelope.decode(data)
     assert says in str(caught.value)
+
+
+@pytest.mark.parametrize("field", ["v", "domain", "type"])
+def test_a_huge_bad_value_makes_a_short_error(field: str) -> None:
+    with pytest.raises(WireError) as caught:
+        Envelope.decode(_raw(**{field: "\x00" * 300_000}), max_size=None)
+    assert len(str(caught.value)) < 300
 
 
 def test_missing_field_is_named() -> None:
