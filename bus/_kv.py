@@ -115,6 +115,8 @@ class Bucket:
             raise read_unavailable(f"cannot read {self.config.name}/{key}", exc) from exc
         except nats.js.errors.APIError as exc:
             raise BusError(f"cannot read {self.config.name}/{key}: {exc.description}") from exc
+        except nats.errors.Error as exc:  # closed, or a request the client will not send
+            raise BusError(f"cannot read {self.config.name}/{key}: {exc!r}") from exc
         headers = msg.headers or {}
         deleted = headers.get(KV_OPERATION) in _TOMBSTONES
         labels = {name: text for name, text in headers.items() if name.startswith(LABEL_PREFIX)}
@@ -173,6 +175,8 @@ class Bucket:
             raise BusError(f"cannot list {self.config.name}: {exc.description}") from exc
         except TRANSIENT as exc:
             raise BusUnavailable(f"cannot list {self.config.name}: {exc!r}") from exc
+        except nats.errors.Error as exc:  # closed, or a request the client will not send
+            raise BusError(f"cannot list {self.config.name}: {exc!r}") from exc
         live = []
         for key in sorted(s.removeprefix(self._prefix) for s in info.state.subjects or {}):
             entry = await self.get(key)

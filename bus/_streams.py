@@ -94,6 +94,8 @@ async def ensure_stream(js: JetStreamContext, config: api.StreamConfig) -> None:
         raise BusError(f"cannot create stream {config.name!r}: {_refusal(exc)}") from exc
     except TRANSIENT as exc:
         raise BusUnavailable(f"cannot create stream {config.name!r}: {exc!r}") from exc
+    except nats.errors.Error as exc:  # closed, or a request the client will not send
+        raise BusError(f"cannot create stream {config.name!r}: {exc!r}") from exc
 
 
 def _refusal(exc: nats.js.errors.APIError) -> str:

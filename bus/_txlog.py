@@ -217,6 +217,8 @@ class TxLog:
             return 0
         except RECOVERING as exc:
             raise read_unavailable(f"cannot read the last sequence of {subject}", exc) from exc
+        except nats.errors.Error as exc:  # closed, or a request the client will not send
+            raise BusError(f"cannot read the last sequence of {subject}: {exc!r}") from exc
         return int(raw.seq or 0)
 
     async def read(
@@ -352,6 +354,8 @@ class TxLog:
             raise BusError(f"cannot purge {subject}: {exc.description}") from exc
         except TRANSIENT as exc:
             raise BusUnavailable(f"cannot purge {subject}: {exc!r}") from exc
+        except nats.errors.Error as exc:  # closed, or a request the client will not send
+            raise BusError(f"cannot purge {subject}: {exc!r}") from exc
 
     # -- internals -----------------------------------------------------------------------
 
@@ -371,6 +375,8 @@ class TxLog:
             except RECOVERING as exc:
                 log.debug("cannot subscribe to %s yet (%r); retrying", subject_filter, exc)
                 await retry.pause()
+            except nats.errors.Error as exc:  # closed, or a request the client will not send
+                raise BusError(f"cannot follow {subject_filter}: {exc!r}") from exc
 
     async def _read_retrying(self, subject: str, from_seq: int, direct_limit: int) -> AsyncGenerator[LogEntry, None]:
         """`read`, resumed after the last entry it yielded while the server is away."""
@@ -431,6 +437,8 @@ class TxLog:
             return None
         except RECOVERING as exc:
             raise read_unavailable(f"cannot read {subject} from sequence {seq}", exc) from exc
+        except nats.errors.Error as exc:  # closed, or a request the client will not send
+            raise BusError(f"cannot read {subject} from sequence {seq}: {exc!r}") from exc
         return LogEntry(
             seq=int(raw.seq or 0),
             subject=raw.subject or subject,
