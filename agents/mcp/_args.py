@@ -8,8 +8,9 @@ here: a bad one is a `BadArgument`, one sentence naming the argument, what it ta
 and what was sent.
 
 Parameters that take a string stay annotated `str`, although `AS_SENT` lets anything
-through: the SDK JSON-decodes string arguments of every other type first, which would
-turn a search for "null" into None. The others are annotated `Any`.
+through: the SDK JSON-decodes string arguments of every other type first (`str | None`
+included), which would turn a search for "null" into None. An optional one therefore
+defaults to None under a plain `str`. The others are annotated `Any`.
 
 Checks are strict where lax parsing would misread: `true` is not tag 1, `1.5` is not
 a line number.

@@ -102,11 +102,11 @@ class AgentTools:
         self,
         op: Annotated[Any, args.AS_SENT, args.schema({"type": "object"}), Field(description=_OP_HELP)],
         key: Annotated[
-            str | None,
+            str,  # not `str | None`: see `_args` on why a string parameter stays `str`
             args.AS_SENT,
             args.schema({"type": "string", "minLength": 1, "maxLength": KEY_MAX}, optional=True),
             Field(description=_KEY_HELP),
-        ] = None,
+        ] = None,  # type: ignore[assignment]
     ) -> CallToolResult:
         """Propose one change to the shared brief. A coordinator checks it against the
         brief (e.g. a rejected option cannot be adopted without reopening it) and
@@ -177,11 +177,11 @@ class AgentTools:
         first_line: Annotated[_LineNumber, Field(description="First line to return (1-based).")] = None,
         last_line: Annotated[_LineNumber, Field(description="Last line to return, inclusive.")] = None,
         query: Annotated[
-            str | None,
+            str,  # not `str | None`: see `_args` on why a string parameter stays `str`
             args.AS_SENT,
             args.schema({"type": "string", "minLength": 1, "maxLength": _QUERY_MAX}, optional=True),
             Field(description="Return only the lines with these words."),
-        ] = None,
+        ] = None,  # type: ignore[assignment]
     ) -> CallToolResult:
         """Read the full text of a tagged message, or some of its lines. Nothing is ever
         lost: released (ctx_reduce) output reads back in full."""
@@ -193,6 +193,8 @@ class AgentTools:
             words = args.optional_text("query", query, max_length=_QUERY_MAX)
             if words is not None and (first or last):
                 raise UsageError("give a line range or a query, not both")
+            if first is not None and last is not None and last < first:
+                raise UsageError(f"last_line={last} is before first_line={first}")
             try:
                 lines = None if first is None and last is None else (first or 1, last)
                 return self._agent.read(ref, lines=lines, query=words)
@@ -200,6 +202,8 @@ class AgentTools:
                 sent = ", ".join(
                     f"{name}={value}" for name, value in (("first_line", first), ("last_line", last)) if value
                 )
+                if not exc.lines:
+                    raise UsageError(f"§{exc.tag}§ is empty: it has no lines to read") from None
                 plural = "" if exc.lines == 1 else "s"
                 raise UsageError(f"{sent} starts past the end: §{exc.tag}§ has {exc.lines:,} line{plural}") from None
 

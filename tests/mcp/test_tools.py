@@ -121,6 +121,8 @@ async def test_a_line_range_past_the_end_names_what_was_sent(client: NatsClient,
         assert both == f"first_line=9, last_line=12 starts past the end: §{tag}§ has {lines:,} lines"
         last = await mcp.call_tool("ctx_read", {"tag": tag, "first_line": lines})
         assert not last.is_error and text(last).split(" ", 1)[1].startswith(f"{lines}: ")
+        backwards = tagged_error(await mcp.call_tool("ctx_read", {"tag": tag, "first_line": 3, "last_line": 2}))
+        assert backwards == "last_line=2 is before first_line=3"
 
 
 async def test_an_unanswered_proposal_says_it_may_be_committed_and_names_the_key(
@@ -135,17 +137,18 @@ async def test_an_unanswered_proposal_says_it_may_be_committed_and_names_the_key
     )
 
 
-async def test_a_key_belongs_to_one_op(client: NatsClient, tmp_path: Path) -> None:
+@pytest.mark.parametrize("key", ["k1", "null"])  # "null" stays a key: the SDK must not decode it
+async def test_a_key_belongs_to_one_op(client: NatsClient, tmp_path: Path, key: str) -> None:
     async with connected(client, tmp_path / "a.db") as mcp:
         tools = {tool.name: tool for tool in (await mcp.list_tools()).tools}
         key_help = tools["brief_propose"].input_schema["properties"]["key"]["description"]
         assert "A key belongs to one operation" in key_help and "key_reused" in key_help
         goal = {"op": "set_goal", "text": "ship the cache"}
-        assert text(await mcp.call_tool("brief_propose", {"op": goal, "key": "k1"})).endswith("committed at revision 1")
-        again = await mcp.call_tool("brief_propose", {"op": goal, "key": "k1"})
+        assert text(await mcp.call_tool("brief_propose", {"op": goal, "key": key})).endswith("committed at revision 1")
+        again = await mcp.call_tool("brief_propose", {"op": goal, "key": key})
         assert text(again).endswith("committed at revision 1 (already committed earlier with this key)")
-        other = await mcp.call_tool("brief_propose", {"op": {"op": "add_note", "text": "hi"}, "key": "k1"})
-        assert tagged_error(other).startswith("rejected (key_reused): key 'k1' was committed at rev 1")
+        other = await mcp.call_tool("brief_propose", {"op": {"op": "add_note", "text": "hi"}, "key": key})
+        assert tagged_error(other).startswith(f"rejected (key_reused): key {key!r} was committed at rev 1")
 
 
 async def test_brief_propose_is_marked_destructive(nats_client: NatsClient, tmp_path: Path) -> None:
