@@ -90,7 +90,8 @@ def compact_form(
 
 def read_lines(content: str, *, tag: int, lines: tuple[int, int | None] | None = None, query: str | None = None) -> str:
     """Numbered lines of `content` (message §tag§): a 1-based inclusive range, or those
-    matching `query`.
+    matching `query` (the first 50, with how many more there are; or a sentence saying
+    that none do, rather than an empty answer the model would puzzle over).
 
     A range may run past the last line, or be open (`(start, None)`): it stops there;
     but it must start on a line the message has.
@@ -99,6 +100,7 @@ def read_lines(content: str, *, tag: int, lines: tuple[int, int | None] | None =
     :raises UsageError: for an empty or inverted range, or a query with no words.
     """
     all_lines = content.splitlines()
+    unshown = 0
     if lines is not None:
         start, end = lines
         if start < 1 or (end is not None and end < start):
@@ -111,10 +113,16 @@ def read_lines(content: str, *, tag: int, lines: tuple[int, int | None] | None =
         if not terms:
             raise UsageError(f"query {query!r} has no words to look for")
         picked = [(n, t) for n, t in enumerate(all_lines, 1) if any(term in t.lower() for term in terms)]
+        if not picked:
+            return f"no line of §{tag}§ holds {' or '.join(map(repr, terms))}"
+        unshown = max(0, len(picked) - _MAX_READ_HITS)
         picked = picked[:_MAX_READ_HITS]
     else:
         return content
-    return "\n".join(f"{number}: {text}" for number, text in picked)
+    numbered = "\n".join(f"{number}: {text}" for number, text in picked)
+    if unshown:
+        numbered += f"\n(and {unshown:,} more matching lines: narrow the query, or read a line range)"
+    return numbered
 
 
 def index_pending(conn: sqlite3.Connection, domain: str, after: int) -> int:

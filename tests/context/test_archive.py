@@ -105,3 +105,12 @@ def test_reading_a_range_past_the_end_says_how_many_lines_there_are(make_ctx: Ma
     assert ctx.read(tag, lines=(3, 9)) == "3: three"
     with pytest.raises(UsageError, match="has 3 lines"):
         ctx.read(tag, lines=(5, 9))
+
+
+def test_a_query_says_when_no_line_matches_and_how_many_it_left_out(make_ctx: MakeContext) -> None:
+    ctx = make_ctx()
+    tag = ctx.add("assistant", "\n".join(f"row {i}: ok" for i in range(1, 81)))
+    assert ctx.read(tag, query="Failed, missing") == f"no line of §{tag}§ holds 'failed' or 'missing'"
+    shown = ctx.read(tag, query="ok").splitlines()
+    assert shown[0] == "1: row 1: ok" and shown[49] == "50: row 50: ok"
+    assert shown[50:] == ["(and 30 more matching lines: narrow the query, or read a line range)"]

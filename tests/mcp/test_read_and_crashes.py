@@ -119,10 +119,19 @@ async def test_a_query_returns_the_numbered_lines_holding_any_of_its_words(clien
         assert len(split(sqlite)[1].splitlines()) == 2, "both SQLite constraints, nothing else"
         either = await mcp.call_tool("ctx_read", {"tag": f"§{tag}§", "query": "redis, sqlite!"})
         assert split(either)[1] == expected("redis", "sqlite") != expected("sqlite")
+        nothing = await mcp.call_tool("ctx_read", {"tag": tag, "query": "null"})  # a word, not JSON's null
+        assert split(nothing)[1] == f"no line of §{tag}§ holds 'null'", text(nothing)
         # The numbers are the message's own line numbers: a range reads the same line.
         first = int(split(sqlite)[1].split(":", 1)[0])
         same = await mcp.call_tool("ctx_read", {"tag": tag, "first_line": first, "last_line": first})
         assert split(same)[1] == split(sqlite)[1].splitlines()[0]
+
+
+async def test_lines_of_an_empty_message_are_refused_as_such(client: NatsClient, tmp_path: Path) -> None:
+    async with connected(client, tmp_path / "a.db") as (mcp, agent):
+        tag = agent.context.add("assistant", "")
+        _, sentence = tagged_error(await mcp.call_tool("ctx_read", {"tag": tag, "last_line": 2}))
+    assert sentence == f"§{tag}§ is empty: it has no lines to read"
 
 
 async def test_a_query_and_a_line_range_together_are_refused(client: NatsClient, tmp_path: Path) -> None:
