@@ -121,7 +121,8 @@ class RejectionCode(StrEnum):
     REJECTED_OPTION = "rejected_option"
     """A decision adopts an option that is rejected and was not reopened."""
     DUPLICATE = "duplicate"
-    """The same content (ignoring case and spacing) is already there."""
+    """The same content is already there (compared as `normalize` does: ignoring case,
+    spacing, Unicode form and invisible characters)."""
     KEY_REUSED = "key_reused"
     """The idempotency key was committed already, for another op: a new op needs a new key."""
     CONFLICT = "conflict"

@@ -93,7 +93,8 @@ class Reopen(BriefModel):
 
     op: Literal["reopen"] = "reopen"
     option: Option
-    """The rejected option, matched ignoring case and spacing."""
+    """The rejected option, matched as `normalize` compares: ignoring case, spacing,
+    Unicode form and invisible characters."""
     reason: Reason = ""
     """Why the rejection no longer holds; required."""
 
