@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 
 from agents.context._classify import has_constraint
 from agents.context._config import LayerBudgets
-from agents.context._errors import InputTooLarge
+from agents.context._errors import InputTooLarge, InvalidConfig
 from agents.context._modes import ModeDescriptor
 from agents.context._records import LOW_VALUE_KINDS, Entry, eviction_value
 from agents.context._render import PINNED_HEADER, SUMMARY_HEADER, render
@@ -71,6 +71,7 @@ def compose(
 
     :param count: a cached token counter for texts that repeat across composes (the
         system text, the brief, headers).
+    :raises InvalidConfig: if the mode's system prompt alone does not fit the window.
     :raises InputTooLarge: if `user_input` alone does not fit.
     """
     return _Run(state, summarizer, mode, user_input, brief, now, domain, count).execute()
@@ -102,6 +103,15 @@ class _Run:
         self.sys_cost = count(self.sys_text) + self.ov
         self.user_input = user_input
         self.input_cost = state.tokenizer.count(user_input) + self.ov if user_input else 0
+        # The system prompt may take its reserve plus all of the layers' room; past that it
+        # is the mode that does not fit, whatever the input, and blaming the input misleads.
+        room = self.cfg.window - self.cfg.reserve_output
+        if self.sys_cost > room:
+            raise InvalidConfig(
+                f"mode {mode.name!r} has a system prompt of {self.sys_cost:,} tokens, over the {room:,} "
+                "tokens the window leaves for it after the output reserve; shorten the mode's system "
+                "template or use a model with a larger window"
+            )
         excess = max(0, self.sys_cost - self.cfg.reserve_system)
         self.layers_cap = self.cfg.available - excess - self.input_cost
         if self.layers_cap < 0:
@@ -298,6 +308,10 @@ class _Run:
         if text.strip():
             self.st.add_summary(batch[0].tag, batch[-1].tag, text)
         for e in batch:
+            # An expired message no longer binds: promoting it would re-pin what its ttl
+            # just took out (its text still reaches the summary above).
+            if e.expired(self.now):
+                continue
             if _may_bind(e) and e.tag not in self.st.records and has_constraint(e.content):
                 if self.st.record_constraints(e) is not None:
                     self.promoted.append(e.tag)
@@ -343,14 +357,19 @@ class _Run:
         log_trim(self.domain, trim)
 
     def _demote_one(self) -> bool:
-        """Demote the oldest soft pin, else cut the oldest long hard pin to its constraints."""
+        """Demote the oldest soft pin, else cut the oldest long hard pin to its constraints.
+
+        Oldest by tag, not by place in `st.pinned`: pins are appended as they are
+        classified, which is not always in tag order.
+        """
         st = self.st
-        for e in st.pinned:
-            if e.pin == "soft":
-                st.demote(e)
-                self._trim(e, "over_budget", "pinned", "rolling", e.shown_tokens)
-                return True
-        for e in st.pinned:
+        pinned = sorted(st.pinned, key=lambda e: e.tag)
+        soft = next((e for e in pinned if e.pin == "soft"), None)
+        if soft is not None:
+            st.demote(soft)
+            self._trim(soft, "over_budget", "pinned", "rolling", soft.shown_tokens)
+            return True
+        for e in pinned:
             if e.tag in self.omitted:
                 continue
             record = st.record_constraints(e, compact=True)

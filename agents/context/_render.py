@@ -72,8 +72,9 @@ def render(run: Plan) -> Composition:
         messages.append({"role": "system", "content": SUMMARY_HEADER + "\n".join(t for t, _ in summaries)})
     if pinned_items:
         messages.append({"role": "system", "content": PINNED_HEADER + "\n".join(i[2] for i in pinned_items)})
-    first_rolling = len(messages)
-    messages += [e.chat or e.chat_message() for e in rolling]
+    # Kept for the views: the caller owns `messages` and may edit it before inspect().
+    chats = [e.chat or e.chat_message() for e in rolling]
+    messages += chats
     rolling_tokens = array("l", [e.shown_tokens for e in rolling])
     rolling = list(rolling) if rolling is st.rolling else rolling
     if run.user_input:
@@ -118,7 +119,7 @@ def render(run: Plan) -> Composition:
 
     def views() -> tuple[LayerView, ...]:
         # Built on demand: compose itself never needs them, inspect() does.
-        rolling_texts = [m["content"] for m in messages[first_rolling : first_rolling + len(rolling)]]
+        rolling_texts = [m["content"] for m in chats]
         return (
             LayerView("system", sys_cost, sys_cost, (LayerItem(None, "system", sys_text, sys_cost),)),
             LayerView(
