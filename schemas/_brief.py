@@ -97,7 +97,9 @@ _SPACE_BY_PUNCTUATION: Final = re.compile(r"\s+(?=[^\w\s])|(?<=[^\w\s])\s+")
 
 
 def _visible(text: str) -> str:
-    if not normalize(text):
+    # Printable ASCII, stripped and non-empty, shows something: the usual case skips
+    # `normalize`, which every text of every commit would otherwise pay for again.
+    if not (text.isascii() and text.isprintable()) and not normalize(text):
         raise ValueError("has no visible characters")
     return text
 
