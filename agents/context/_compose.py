@@ -357,19 +357,15 @@ class _Run:
         log_trim(self.domain, trim)
 
     def _demote_one(self) -> bool:
-        """Demote the oldest soft pin, else cut the oldest long hard pin to its constraints.
-
-        Oldest by tag, not by place in `st.pinned`: pins are appended as they are
-        classified, which is not always in tag order.
-        """
+        """Demote the oldest soft pin, else cut the oldest long hard pin to its constraints
+        (`st.pinned` is in tag order, however late a message was pinned)."""
         st = self.st
-        pinned = sorted(st.pinned, key=lambda e: e.tag)
-        soft = next((e for e in pinned if e.pin == "soft"), None)
+        soft = next((e for e in st.pinned if e.pin == "soft"), None)
         if soft is not None:
             st.demote(soft)
             self._trim(soft, "over_budget", "pinned", "rolling", soft.shown_tokens)
             return True
-        for e in pinned:
+        for e in st.pinned:
             if e.tag in self.omitted:
                 continue
             record = st.record_constraints(e, compact=True)

@@ -80,6 +80,8 @@ class LocalContext:
         try:
             meta = self._store.meta()
             self._mode = lookup_mode(self._modes, meta.get("mode", mode))
+            if "mode" not in meta:  # a new store: a reopen must not fall back to another default
+                self._store.write_meta({"mode": self._mode.name})
             self._state.load(
                 self._store.load_entries(self._key),
                 self._store.load_summaries(self._key),
@@ -330,8 +332,11 @@ class LocalContext:
         """Bring back the layers and mode of a snapshot (the newest if None); returns the mode.
 
         Messages added since the snapshot stay (in rolling); constraints found since stay
-        pinned; drops stay dropped. The snapshot is consumed, in the same transaction that
-        writes the restored layers: a restore that fails leaves the snapshot in place.
+        pinned; drops stay dropped. A message dropped since is not pinned again, where only
+        its placeholder would show: it stays in rolling, and a constraint record cut from it
+        stays pinned. Restored messages with a ttl expire as before. The snapshot is
+        consumed, in the same transaction that writes the restored layers: a restore that
+        fails leaves the snapshot in place.
 
         :raises UnknownMode: if there is no such snapshot, or its mode is not registered.
         """
@@ -346,17 +351,16 @@ class LocalContext:
         placed = {int(tag): (layer, pin) for tag, layer, pin in payload["layers"]}
         for e in st.entries:
             layer, pin = placed.get(e.tag, ("rolling", "")) if e.tag <= max_tag else (e.layer, e.pin)
-            if e.tag > max_tag and layer == "summary":
-                layer = "rolling"
+            if (e.tag > max_tag and layer == "summary") or (layer == "pinned" and e.state == "dropped"):
+                layer, pin = "rolling", ""
             if (layer, pin) != (e.layer, e.pin):
                 e.layer, e.pin = layer, pin
                 st.touch(e)
-        st.rolling = [e for e in st.entries if e.layer == "rolling"]
-        st.pinned = [e for e in st.entries if e.layer == "pinned"]
         st.replace_summaries([SummaryEntry(*row) for row in payload["summaries"]])
-        kept = {tag: r for tag, r in st.records.items() if tag > max_tag}
+        kept = {tag: r for tag, r in st.records.items() if tag > max_tag or st.entries[tag - 1].state == "dropped"}
         st.records = {row[0]: ConstraintRecord(*row) for row in payload["records"]} | kept
         st.records_dirty = True
+        st.reindex()
         logger.info(
             "context restore snapshot -> mode %s",
             mode.name,
@@ -446,12 +450,19 @@ class LocalContext:
         return snapshot_id
 
     def close(self) -> None:
-        """Flush and close the file. Idempotent."""
+        """Flush and close the file. Idempotent.
+
+        The file is closed (and let go for another context) even when that last flush
+        fails, whose error is raised then: a store that cannot take the changes must not
+        stay open for good, retrying them.
+        """
         if self._closed:
             return
-        self.flush()
-        self._store.close()
-        self._closed = True
+        try:
+            self.flush()
+        finally:
+            self._closed = True
+            self._store.close()
 
     def __enter__(self) -> LocalContext:
         return self
@@ -536,5 +547,6 @@ def _message_fields(item: Mapping[str, Any]) -> dict[str, Any]:
         fields.get("call_id"),
         fields.get("importance"),
         fields.get("ttl"),
+        fields.get("created_at"),
     )
     return fields

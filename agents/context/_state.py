@@ -9,6 +9,7 @@ text and on large tool output.
 from __future__ import annotations
 
 import bisect
+import math
 import re
 
 from agents.context._archive import compact_form
@@ -16,12 +17,16 @@ from agents.context._classify import constraint_text, has_constraint
 from agents.context._config import ContextConfig
 from agents.context._errors import InvalidMessage
 from agents.context._records import ConstraintRecord, Entry, SummaryEntry
+from agents.context._report import logger
 from agents.context._tokens import Tokenizer
 from schemas import MESSAGE_KINDS, MESSAGE_ROLES, message_id
 
 __all__ = ["ContextState", "check_message", "default_importance"]
 
 _TAG_REF = re.compile(r"§(\d+)§")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+"""A lone surrogate: what `os.fsdecode` and other 'surrogateescape' decoders make of
+bytes that are not UTF-8. SQLite (UTF-8) and the model's JSON cannot carry one."""
 _DEFAULT_IMPORTANCE = {
     "conclusion": 0.7,
     "task_state": 0.7,
@@ -58,7 +63,8 @@ class ContextState:
         self.rolling: list[Entry] = []
         """Messages of the rolling layer, oldest first."""
         self.pinned: list[Entry] = []
-        """Messages pinned whole, oldest first."""
+        """Messages pinned whole, in tag order (oldest first, as demotion expects), however
+        late classification pinned them."""
         self.records: dict[int, ConstraintRecord] = {}
         """Constraint records by source tag."""
         self.summaries: list[SummaryEntry] = []
@@ -108,10 +114,12 @@ class ContextState:
 
         :raises InvalidMessage: naming the field and value that cannot be used.
         """
-        kind = check_message(role, content, kind, tool_name, call_id, importance, ttl)
+        kind = check_message(role, content, kind, tool_name, call_id, importance, ttl, created_at)
         tag = len(self.entries) + 1
+        content = _replace_surrogates(content, tag)
+        user_turn = _is_user_turn(role, kind, content)
         if importance is None:
-            importance = default_importance(role, kind, first_user=not self._has_user)
+            importance = default_importance(role, kind, first_user=user_turn and not self._has_user)
         tokens = self._count_rendered(tag, content)
         entry = Entry(
             tag,
@@ -123,12 +131,12 @@ class ContextState:
             call_id,
             float(importance),
             None if ttl is None else float(ttl),
-            created_at,
+            float(created_at),
             tokens,
         )
         entry.shown_tokens = tokens
         self._join_unit(entry)
-        if _is_user_turn(role, kind):
+        if user_turn:
             self._has_user = True
         if kind == "tool_result" and entry.tokens > self.config.archive_threshold:
             self._archive(entry)
@@ -165,23 +173,35 @@ class ContextState:
     ) -> None:
         """Rebuild the in-memory state from stored rows."""
         self.entries = entries
-        self.rolling = [e for e in entries if e.layer == "rolling"]
-        self.pinned = [e for e in entries if e.layer == "pinned"]
         self.summaries = summaries
         self.summary_tokens = sum(e.tokens + 1 for e in summaries)
         self.records = {r.source_tag: r for r in records}
-        self._record_keys = {}
-        for e in entries:
-            if e.pin == "hard":
-                self._record_keys.setdefault(_key(e.content), e.tag)
-        for r in records:
-            self._record_keys.setdefault(_key(r.text.split("§ ", 1)[-1]), r.source_tag)
+        self.reindex()
         self.next_summary_id = next_summary
-        self.ttl_tags = {e.tag for e in entries if e.ttl is not None}
-        self._has_user = any(_is_user_turn(e.role, e.kind) for e in entries)
+        self._has_user = any(_is_user_turn(e.role, e.kind, e.content) for e in entries)
         self.units = {}
         for entry in entries:
             self._join_unit(entry)
+
+    def reindex(self) -> None:
+        """Rebuild the layer lists, the ttl set and the restatement keys from the entries
+        and records, after a load or a restore placed messages wholesale.
+
+        Both must leave the state a running context would have, or a reopen changes what
+        the next compose does. A hard pin later cut to a record keeps the key of its whole
+        text: a word-for-word restatement is then still recognised.
+        """
+        self.rolling = [e for e in self.entries if e.layer == "rolling"]
+        self.pinned = [e for e in self.entries if e.layer == "pinned"]
+        self.ttl_tags = {e.tag for e in self.entries if e.ttl is not None}
+        keys: dict[str, int] = {}
+        for e in self.entries:
+            record = self.records.get(e.tag)
+            if e.pin == "hard" or record is not None:
+                keys.setdefault(_key(e.content), e.tag)
+            if record is not None:
+                keys.setdefault(_key(record.text.split("§ ", 1)[-1]), e.tag)
+        self._record_keys = keys
 
     def entry(self, tag: int) -> Entry | None:
         """The message with `tag`, if any."""
@@ -357,7 +377,7 @@ class ContextState:
             return False
         entry.layer = "pinned"
         entry.pin = pin
-        self.pinned.append(entry)
+        bisect.insort(self.pinned, entry, key=lambda e: e.tag)
         return True
 
     def _count_refs(self, content: str, tag: int) -> None:
@@ -380,8 +400,12 @@ def check_message(
     call_id: str | None,
     importance: float | None,
     ttl: float | None,
+    created_at: float | None = None,
 ) -> str:
     """The message's kind (defaulted from the role when None), once every field is usable.
+
+    Content may hold lone surrogates (`add` replaces them); identifiers may not, since a
+    replaced call id could pair a result with the wrong call.
 
     :raises InvalidMessage: naming the field and value that cannot be used.
     """
@@ -410,16 +434,59 @@ def check_message(
         raise InvalidMessage(f"tool_name must be a string or None, got {tool_name!r}")
     if call_id is not None and not isinstance(call_id, str):
         raise InvalidMessage(f"call_id must be a string or None, got {call_id!r}")
+    for name, ident in (("tool_name", tool_name), ("call_id", call_id)):
+        if ident and (at := _surrogate_at(ident)) >= 0:
+            raise InvalidMessage(
+                f"{name} has an undecodable character {ident[at]!r} at position {at} (bytes that are not "
+                "UTF-8, decoded with 'surrogateescape'); decode it with errors='replace'"
+            )
+    if created_at is not None and not (
+        isinstance(created_at, int | float) and not isinstance(created_at, bool) and math.isfinite(created_at)
+    ):
+        raise InvalidMessage(
+            f"created_at must be seconds since the epoch (a finite number), got {type(created_at).__name__} "
+            f"{created_at!r:.60}"
+        )
     return kind
 
 
-def _is_user_turn(role: str, kind: str) -> bool:
+def _surrogate_at(text: str) -> int:
+    """Index of the first lone surrogate in `text`, or -1 (at once for ASCII text)."""
+    if text.isascii():
+        return -1
+    found = _SURROGATE.search(text)
+    return -1 if found is None else found.start()
+
+
+def _replace_surrogates(content: str, tag: int) -> str:
+    """`content` with each lone surrogate replaced by U+FFFD, as decoding with
+    errors='replace' would have done.
+
+    Replaced rather than refused: such text is mostly tool output (file names from
+    `os.listdir`, a subprocess decoded with 'surrogateescape'), the undecodable bytes can
+    reach neither the store nor the model, and refusing would leave the tool call without
+    its result. A message could not be stored otherwise, and every later flush would fail.
+    """
+    if _surrogate_at(content) < 0:
+        return content
+    replaced, count = _SURROGATE.subn("\ufffd", content)
+    logger.warning(
+        "context: §%s§ had %s undecodable character(s); stored as U+FFFD",
+        tag,
+        count,
+        extra={"event": "surrogates_replaced", "tag": tag, "count": count},
+    )
+    return replaced
+
+
+def _is_user_turn(role: str, kind: str, content: str) -> bool:
     """Whether a message is a real user turn: the first one is the goal.
 
-    A synthetic user message (a Channel 2 "prune now") is not, so it cannot take the
-    goal's place and leave the real goal unpinned.
+    A synthetic user message (a Channel 2 "prune now") is not, nor is a blank one (an
+    image-only turn's text part), so neither can take the goal's place and leave the real
+    goal unpinned.
     """
-    return role == "user" and kind == "chat"
+    return role == "user" and kind == "chat" and bool(content) and not content.isspace()
 
 
 def _split_ids(call_id: str | None) -> list[str]:

@@ -56,6 +56,10 @@ _ENTRY_COLUMNS = (
 class Store:
     """SQLite persistence of one agent's context, bound to one domain.
 
+    One open `Store` per file: each context keeps its messages in memory and writes them
+    by tag, so a second one would write tags the first has written already (an `Agent`
+    holds a lock for it; a context alone is the caller's to open once).
+
     :param path: the database file (created if missing) or ":memory:".
     :param domain: the `user/session/task` display form this store serves.
     :raises DomainMismatch: if the file is already bound to another domain.
@@ -276,6 +280,11 @@ class _Transaction:
                 exc = failed
         with contextlib.suppress(sqlite3.Error):  # SQLite may have rolled back already
             self._conn.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.IntegrityError) and "messages.tag" in str(exc):
+            raise StoreError(
+                f"cannot write context store {self._path!r}: another LocalContext wrote the same message "
+                "tags to it; open a store in one context at a time"
+            ) from exc
         if isinstance(exc, sqlite3.Error):
             raise StoreError(f"cannot write context store {self._path!r}: {exc}") from exc
 
