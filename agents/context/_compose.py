@@ -205,6 +205,8 @@ class _Run:
         due: list[int] = []
         for tag in sorted(self.st.ttl_tags):
             e = self.st.entries[tag - 1]
+            if e.expired(self.now):
+                self.st.forget_record(tag)  # a long message's constraints outlive its layer
             if e.layer not in ("rolling", "pinned"):
                 self.st.ttl_tags.discard(tag)
             elif e.expired(self.now):

@@ -244,6 +244,13 @@ class ContextState:
         self.records_dirty = True
         return record
 
+    def forget_record(self, tag: int) -> None:
+        """Drop the constraint record of message §tag§ (its ttl ran out): what no longer
+        binds must leave the pinned layer, record and all."""
+        if self.records.pop(tag, None) is not None:
+            self._record_keys = {key: source for key, source in self._record_keys.items() if source != tag}
+            self.records_dirty = True
+
     def add_summary(self, first_tag: int, last_tag: int, text: str) -> SummaryEntry:
         """Append a summary entry, counted once.
 

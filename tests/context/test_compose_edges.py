@@ -31,6 +31,20 @@ def test_an_expired_constraint_is_not_pinned_again(make_ctx: MakeContext, clock:
     assert "do not push anything" not in _pinned_text(ctx.compose().messages), "stays out on later composes"
 
 
+def test_an_expired_long_message_takes_its_constraint_record_along(make_ctx: MakeContext, clock: Clock) -> None:
+    """A long message is pinned as its constraint sentences, not whole: those expire too."""
+    ctx = make_ctx()
+    ctx.add("user", "Goal: tidy the repo.")
+    background = " ".join(f"Module {i} was moved to the new layout last week." for i in range(20))
+    ctx.add("user", f"{background} For the next 10 minutes do not push anything.", ttl=600)
+    for i in range(8):
+        ctx.add("assistant", f"step {i}")
+    assert "do not push anything" in _pinned_text(ctx.compose().messages)
+
+    clock.now += 3_600
+    assert "do not push anything" not in _pinned_text(ctx.compose().messages)
+
+
 def test_a_system_prompt_too_big_for_the_window_names_the_mode(make_ctx: MakeContext) -> None:
     """The mode is at fault, not the (empty) input: say so, with both sizes."""
     big = ModeDescriptor(
