@@ -268,7 +268,7 @@ class LocalContext:
         visible = [e for e in self._state.rolling if e.kind in self._mode.kinds]
         protected = protected_units(visible, self.config.protected_recent)
         return [
-            TailItem(e.tag, e.id, e.role, e.kind, e.tool_name, e.shown_tokens, e.state, e.unit in protected)
+            TailItem(e.tag, e.id, e.role, e.kind, e.tool_name, e.shown_tokens, e.state, e.unit in protected, e.unit)
             for e in visible
         ]
 

@@ -146,6 +146,9 @@ class TailItem:
     state: str
     protected: bool
     """Inside the protected recent window."""
+    unit: int
+    """Tag of the tool call it belongs to (a call and its results share it); its own tag
+    if it stands alone."""
 
 
 def log_trim(domain: str, trim: Trim) -> None:

@@ -4,6 +4,10 @@ The newest tool outputs are what the agent is working with right now; nudging it
 drop them would be counter-productive, so their mass counts in T but never in U.
 The window is measured in persisted tag tokens (`TailTag.tokens`), not in rendered
 tokens, so it does not move when a render changes.
+
+Both rules count tool calls, not tags: where a call and its result are tagged apart
+(`TailTag.call`), counting tags would protect half as many calls as intended, and
+each ctx_reduce call would push an output the agent just read out of the window.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from agents.nudges._bands import scale_half_up
 from agents.nudges._tail import TagKind, TagState, TailTag
 
 __all__ = [
-    "MIN_PROTECTED_TOOL_TAGS",
+    "MIN_PROTECTED_CALLS",
     "PROTECTED_FLOOR_CAP",
     "PROTECTED_FLOOR_MIN_RATIO",
     "PROTECTED_FLOOR_MIN_TOKENS",
@@ -28,8 +32,8 @@ __all__ = [
 ]
 
 REDUCE_TOOL_NAME = "ctx_reduce"
-MIN_PROTECTED_TOOL_TAGS = 3
-"""The newest tool tags are always protected, however small they are."""
+MIN_PROTECTED_CALLS = 3
+"""The newest tool calls are always protected, however small they are."""
 PROTECTED_REDUCE_CALLS = 3
 """The newest ctx_reduce calls stay in T but never in U: dropping them helps nobody."""
 PROTECTED_FLOOR_RATIO = Fraction("0.05")
@@ -50,42 +54,58 @@ def protected_floor(usable_tokens: int) -> int:
 
 
 def protection_window(tags: Sequence[TailTag], floor: int) -> frozenset[int]:
-    """Tool tags protected by recency: newest first until their mass reaches `floor`.
+    """Tool tags protected by recency: the newest calls until their mass reaches `floor`.
 
     Every tool tag takes part whatever its state, so dropping recent outputs does not
-    pull older ones into the window. Text and file tags are never window members.
-    Tags sharing a number are taken together before the floor is tested.
+    pull older ones into the window. Text and file tags are never window members. A
+    call's tags, and tags sharing a number, are taken together before the floor is
+    tested, however far apart they sit.
 
     :param tags: tag rows in ascending tag-number order.
     """
-    members: list[int] = []
+    members: set[int] = set()
+    taken: set[int] = set()
+    calls = 0
     cumulative = 0
-    current: int | None = None
+    full = False
     tool = TagKind.TOOL
     for tag in reversed(tags):
         if tag.kind is not tool:
             continue
-        if tag.number != current:
-            # A new tag number starts, so the previous one is complete: stop once the
-            # mass floor and the recency minimum are both met.
-            if cumulative >= floor and len(members) >= MIN_PROTECTED_TOOL_TAGS:
-                break
-            current = tag.number
-            members.append(tag.number)
+        key = _call_of(tag)
+        if key not in taken and tag.number not in members:
+            # A new call starts, so the newer ones are complete: stop taking calls once
+            # the mass floor and the recency minimum are both met. Keep scanning, for
+            # the older tags of calls already taken.
+            full = full or (cumulative >= floor and calls >= MIN_PROTECTED_CALLS)
+            if full:
+                continue
+            calls += 1
+        taken.add(key)
+        members.add(tag.number)
         cumulative += max(tag.tokens, 0)
     return frozenset(members)
 
 
 def newest_reduce_tags(tags: Sequence[TailTag]) -> frozenset[int]:
-    """The newest active ctx_reduce tool tags, which are never reclaimable.
+    """The active tags of the newest ctx_reduce calls, which are never reclaimable.
 
     :param tags: tag rows in ascending tag-number order.
     """
-    found: list[int] = []
+    found: set[int] = set()
+    taken: set[int] = set()
     tool, active = TagKind.TOOL, TagState.ACTIVE
     for tag in reversed(tags):
         if tag.tool_name == REDUCE_TOOL_NAME and tag.kind is tool and tag.state is active:
-            found.append(tag.number)
-            if len(found) == PROTECTED_REDUCE_CALLS:
-                break
+            key = _call_of(tag)
+            if key not in taken:
+                if len(taken) == PROTECTED_REDUCE_CALLS:
+                    continue
+                taken.add(key)
+            found.add(tag.number)
     return frozenset(found)
+
+
+def _call_of(tag: TailTag) -> int:
+    """What makes tags one call: the call's tag, else the tag itself."""
+    return tag.number if tag.call is None else tag.call

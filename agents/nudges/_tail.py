@@ -58,6 +58,10 @@ class TailTag:
     """Persisted token mass of the tag; the protection window sums this, not the render."""
     tool_name: str | None = None
     """Name of the tool for tool tags; drives ctx_reduce protection and hint ordering."""
+    call: int | None = None
+    """The tool call this tag belongs to (the call's tag), shared by a call's tag and its
+    result's where the host tags them apart: protection counts calls, not tags. None for
+    a tag that stands alone (or covers both)."""
 
 
 @dataclass(frozen=True, slots=True)

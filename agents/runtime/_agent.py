@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from agents.brief import DEFAULT_HEARTBEAT, BriefReplica, PresenceBeacon, Proposer
-from agents.context import Composition, ContextConfig, LocalContext, SearchHit, StoreError, Tokenizer
+from agents.context import Composition, ContextConfig, LocalContext, SearchHit, StoreError, TailItem, Tokenizer
 from agents.nudges import (
     REDUCE_TOOL_NAME,
     Channel1,
@@ -52,6 +53,8 @@ __all__ = ["Agent", "AgentConfig"]
 log = logging.getLogger(__name__)
 
 _USER_TURNS_KEY = "user_turns"
+_FINAL_KINDS = frozenset({"conclusion"})
+"""Message kinds that hold a request's final result: ctx_reduce never drops them."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,6 +130,8 @@ class Agent:
             self._beacon = PresenceBeacon(client, config.domain, self.id, self.presence, interval=config.heartbeat)
             self._band = "quiet"
             self._measure: TailMeasure | None = None
+            self._reduces_unrecorded = 0
+            """ctx_reduce calls that queued drops and whose result is not recorded yet."""
             undo.pop_all()
 
     def __repr__(self) -> str:
@@ -178,6 +183,12 @@ class Agent:
         self.context.add("tool", output, tool_name=tool_name, call_id=call_id)
         measure = self.measure()
         if tool_name == REDUCE_TOOL_NAME:
+            if self._reduces_unrecorded:
+                # The reduce's own call and result now take window slots, which can
+                # leave an older output unprotected: the grace counts from here, or
+                # the agent's compliance would itself look like regrowth.
+                self._reduces_unrecorded -= 1
+                self.channel1.after_reduce(measure)
             return ToolOutcome(output, measure, None)
         outcome = self.channel1.after_tool_call(tool_name, measure, user_turn=self.user_turns)
         try:
@@ -194,8 +205,8 @@ class Agent:
         """{U, T} of the tail as the model would see it now; queued drops leave U."""
         return self._measure_tail()[0]
 
-    def _measure_tail(self) -> tuple[TailMeasure, list[TailTag]]:
-        parts, tags = self._adapter.convert(self.context.tail())
+    def _measure_tail(self, items: Sequence[TailItem] | None = None) -> tuple[TailMeasure, list[TailTag]]:
+        parts, tags = self._adapter.convert(self.context.tail() if items is None else items)
         measure = self._walker.measure(parts, tags, queued=frozenset(self._queued))
         self._measure = measure
         self._band = str(measure.band)
@@ -204,18 +215,28 @@ class Agent:
     def ctx_reduce(self, drop: str) -> DropPlan:
         """The `ctx_reduce` tool: queue tags for dropping at the next compose.
 
+        The grace it starts is measured again once its result is recorded through
+        `tool_result`. Final results (conclusions) are kept, never queued.
+
         :raises UsageError: for a malformed request (`DropSpecError`) or a tag never
             handed out (`UnknownDropTags`); nothing changes then.
         """
-        measure, tags = self._measure_tail()
+        items = self.context.tail()
+        measure, tags = self._measure_tail(items)
         plan = plan_drops(
-            drop, tags, next_tag=self.context.next_tag, protected=measure.protected, queued=frozenset(self._queued)
+            drop,
+            tags,
+            next_tag=self.context.next_tag,
+            protected=measure.protected,
+            queued=frozenset(self._queued),
+            keep=frozenset(item.tag for item in items if item.kind in _FINAL_KINDS),
         )
         if plan.queued:
             self._queued.update(plan.queued)
             # Kept with the grace period it starts, so a restart resumes both together.
             save_queued_drops(self.context, self._queued)
             self.channel1.after_reduce(self.measure())
+            self._reduces_unrecorded += 1
         return plan
 
     def compose(self, user_input: str = "") -> Composition:

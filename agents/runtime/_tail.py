@@ -25,7 +25,8 @@ class TailAdapter:
 
     Parts carry no `TailPart.arc`: the engine tags a tool call and its result apart and
     keeps rendering the call after the result is dropped, so the call still costs
-    tokens (T) and can still be released by its own tag (U).
+    tokens (T) and can still be released by its own tag (U). Their tag rows share a
+    `TailTag.call` instead, so protection counts the pair as one call.
     """
 
     def __init__(self) -> None:
@@ -42,6 +43,7 @@ class TailAdapter:
                     state=TagState(item.state),
                     tokens=item.tokens,
                     tool_name=item.tool_name,
+                    call=item.unit,
                 )
                 for item in items
             ),

@@ -181,23 +181,28 @@ async def brief_when(session: ClientSession, needle: str) -> str:
 async def test_reminders_ride_on_tool_results_and_stop_after_ctx_reduce(url: str, domain: str, tmp_path: Path) -> None:
     # A big brief read over and over fills the tail the way long tool output does.
     async with serve(url, domain, "claude", tmp_path, "--window", "400000") as mcp:
+        proposals = []
         for i in range(25):
             note = " ".join(f"module_{i}_{j} serves /api/v{j}/items and caches {j * 7} rows;" for j in range(40))
-            assert not (await propose(mcp, op="add_note", text=note[:2000])).is_error
+            proposals.append(await propose(mcp, op="add_note", text=note[:2000]))
+            assert not proposals[-1].is_error
         results = [await call(mcp, "brief_get") for _ in range(16)]
         reminded = [r for r in results if REMINDER in text(r)]
         assert reminded, "Channel 1 should have spoken as the tail grew"
         assert "ctx_reduce" in text(reminded[0]) and "§" in text(reminded[0]).rsplit(REMINDER, 1)[1]
         assert sum(CHANNEL2 in text(r) for r in results) == 1, "Channel 2 is delivered once per cycle"
 
-        spent = [tag_of(r) for r in results[:-2]]
+        # Everything but the three newest calls, which are protected: the notes sent (each
+        # call's tag is just before its result's) and the briefs read.
+        read = [tag_of(r) for r in results[:-3]]
+        spent = [tag_of(r) - 1 for r in proposals] + read
         reduced = await call(mcp, "ctx_reduce", drop=",".join(map(str, spent)))
-        assert f"queued §{spent[0]}§" in text(reduced), text(reduced)
+        assert f"§{read[0]}§" in text(reduced).split("queued", 1)[1], text(reduced)
         after = await call(mcp, "ctx_status")  # the next call applies the queued drops
         assert REMINDER not in text(after)
         status = json.loads(body(after))
         assert status["band"] == "quiet", json.dumps(status)
-        assert {item["tag"]: item["state"] for item in status["tail"]}[spent[0]] == "dropped"
+        assert {item["tag"]: item["state"] for item in status["tail"]}[read[0]] == "dropped"
 
 
 def test_a_store_that_cannot_be_created_is_a_one_line_error(nats_url: str, tmp_path: Path) -> None:

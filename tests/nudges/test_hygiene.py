@@ -46,6 +46,38 @@ def test_window_walks_newest_first_until_the_floor_is_reached() -> None:
     assert protection_window(tools(100, 100, 100, 100, 100), floor=401) == {1, 2, 3, 4, 5}
 
 
+def calls(*masses: int) -> list[TailTag]:
+    """Each mass is one tool call tagged apart: a small call tag, then its result."""
+    tags = []
+    for i, mass in enumerate(masses):
+        tags += [
+            TailTag(2 * i + 1, TagKind.TOOL, tokens=5, call=100 + i),
+            TailTag(2 * i + 2, TagKind.TOOL, tokens=mass, call=100 + i),
+        ]
+    return tags
+
+
+def test_the_window_counts_calls_not_tags() -> None:
+    """A call and its result are one call: the minimum protects three calls (six tags)."""
+    assert protection_window(calls(30_000, 30_000, 30_000, 30_000), floor=16_000) == {3, 4, 5, 6, 7, 8}
+
+
+def test_a_call_is_protected_with_its_result_however_far_apart() -> None:
+    tags = [
+        TailTag(1, TagKind.TOOL, tokens=5, call=1),
+        TailTag(2, TagKind.TOOL, tokens=5, call=2),
+        TailTag(3, TagKind.TOOL, tokens=5, call=3),
+        TailTag(4, TagKind.TOOL, tokens=900, call=1),
+        TailTag(5, TagKind.TOOL, tokens=900, call=2),
+        TailTag(6, TagKind.TOOL, tokens=900, call=3),
+    ]
+    assert protection_window(tags, floor=0) == {1, 2, 3, 4, 5, 6}
+    # A fourth call, older than all three, stays out.
+    older = [TailTag(n, TagKind.TOOL, tokens=5, call=1) for n in (1, 2)]
+    later = [replace(t, number=t.number + 2, call=(t.call or 0) + 2) for t in tags]
+    assert protection_window(older + later, floor=0) == set(range(3, 9))
+
+
 def test_window_ignores_text_and_file_tags() -> None:
     tags = [
         TailTag(1, TagKind.TOOL, tokens=500),
@@ -82,6 +114,11 @@ def test_newest_three_active_ctx_reduce_calls() -> None:
     tags[4] = replace(tags[4], state=TagState.DROPPED)
     tags.append(TailTag(6, TagKind.TOOL, tool_name="bash"))
     assert newest_reduce_tags(tags) == {2, 3, 4}
+
+
+def test_newest_three_ctx_reduce_calls_keep_both_their_tags() -> None:
+    tags = [TailTag(n, TagKind.TOOL, tokens=5, tool_name=REDUCE_TOOL_NAME, call=n - (n - 1) % 2) for n in range(1, 9)]
+    assert newest_reduce_tags(tags) == {3, 4, 5, 6, 7, 8}
 
 
 # -- what counts in T and U -----------------------------------------------------------

@@ -18,8 +18,8 @@ import pytest
 from anyio.abc import TaskGroup
 
 from agents.context import ContextConfig, LocalContext, StoreError
-from agents.nudges import Channel2LeaseConfig, SqliteNudgeStateStore
-from agents.runtime import AgentConfig
+from agents.nudges import Channel2LeaseConfig, Delivery, DeliveryOutcome, SqliteNudgeStateStore
+from agents.runtime import Agent, AgentConfig
 from bus import NatsClient
 from schemas import AddConstraint, Committed, CtxbusError, Domain, Reject
 from tests._support import running_coordinator
@@ -87,6 +87,41 @@ async def test_nudges_rise_and_channel2_is_delivered_once(
     assert composed.report.total <= composed.report.budget
     assert any(f"[dropped §{plan.queued[0]}§]" in m["content"] for m in composed.messages)
     assert "Never edit files under vendor/" in "\n".join(m["content"] for m in composed.messages)
+
+
+async def _until_channel2(agent: Agent) -> list[Delivery]:
+    """Grep until Channel 2 is done with its cycle; the deliveries it made on the way."""
+    agent.user("Fix the failing handler tests.")
+    deliveries = []
+    for i in range(40):
+        agent.assistant("grep", tool_name="grep", call_id=f"c{i}")
+        delivery = (await agent.tool_result("grep", _output(i), call_id=f"c{i}")).delivery
+        if delivery is not None:
+            deliveries.append(delivery)
+            if delivery.done:
+                break
+    return deliveries
+
+
+async def test_an_agent_on_a_fresh_store_still_gets_its_channel2_message(
+    bus: tuple[NatsClient, TaskGroup], agents: Agents, tmp_path: Path
+) -> None:
+    """Its cycles count from 0 again and find the old store's delivered leases; its own
+    conversation lacks the message, so it is sent there, once."""
+    client, tg = bus
+    domain = Domain.parse(f"rt/s6/{uuid.uuid4().hex[:8]}")
+    async with anyio.create_task_group() as own:
+        first = agents.open(client, _config(domain, tmp_path))
+        await own.start(first.run)
+        assert [d.outcome for d in await _until_channel2(first)] == [DeliveryOutcome.SENT]
+        agents.close(first)
+        own.cancel_scope.cancel()
+
+    fresh = agents.open(client, dataclasses.replace(_config(domain, tmp_path), store=tmp_path / "new" / "a1.db"))
+    await tg.start(fresh.run)
+    [delivery] = await _until_channel2(fresh)
+    assert (delivery.cycle, delivery.outcome) == (0, DeliveryOutcome.SENT)
+    assert len([m for m in fresh.context.messages() if m.kind == "synthetic"]) == 1
 
 
 async def test_brief_block_reaches_the_prompt_and_survives_restart(

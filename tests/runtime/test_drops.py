@@ -14,12 +14,15 @@ import pytest
 
 from agents.context import ContextConfig, LocalContext, StoreError
 from agents.nudges import (
+    REDUCE_TOOL_NAME,
     Channel1State,
     DropRangeTooLarge,
     DropSpecError,
     ReversedDropRange,
     TailMeasure,
     UnknownDropTags,
+    Verdict,
+    decide,
 )
 from agents.runtime import Agent, AgentConfig, inspect_store
 from agents.runtime._saved import CONFIG_KEY
@@ -27,6 +30,8 @@ from bus import NatsClient
 from schemas import Domain, UsageError
 from tests.runtime._agents import Agents
 
+WIDE = ContextConfig(window=400_000, archive_threshold=400_000)
+"""Tool outputs larger than the protection floor: the newest three calls make the window."""
 SMALL = ContextConfig(window=6000, reserve_system=500, reserve_output=500)
 """Small enough that a dozen tool results push the oldest ones out of the tail."""
 ROOMY = ContextConfig(window=20_000)
@@ -43,6 +48,14 @@ async def _grep(agent: Agent, calls: int, *, compose: bool) -> None:
         await agent.tool_result("grep", f"line of output {i}\n" * 150, call_id=f"c{i}")  # under the archive threshold
         if compose:
             agent.compose()
+
+
+async def _build(agent: Agent, calls: int) -> None:
+    """Build logs of some 29k tokens each, recorded as a call and its result (two tags)."""
+    for i in range(calls):
+        log = "\n".join(f"build/{i}/obj_{j}.o: warning: unused variable 'tmp_{j}' [-Wunused]" for j in range(1350))
+        agent.assistant("bash make", tool_name="bash", call_id=f"b{i}")
+        await agent.tool_result("bash", log, call_id=f"b{i}")
 
 
 def _seen(agent: Agent) -> tuple[object, TailMeasure, Channel1State]:
@@ -173,3 +186,45 @@ async def test_unusable_saved_settings_are_a_store_error(
     _edit_saved_config(store, domain, window="large")
     with pytest.raises(StoreError, match=rf"^the context settings saved in {re.escape(str(store))} are not usable: "):
         inspect_store(store, domain)
+
+
+async def test_the_window_protects_the_newest_calls_with_their_results(
+    nats_client: NatsClient, agents: Agents, tmp_path: Path
+) -> None:
+    """A call and its result are two tags: the newest three calls are six of them."""
+    agent = _agent(agents, nats_client, tmp_path / "a.db", Domain.parse(f"rt/d6/{uuid.uuid4().hex[:8]}"), WIDE)
+    await _build(agent, 4)
+    assert agent.measure().protected == {3, 4, 5, 6, 7, 8}
+    assert agent.ctx_reduce("2-4").deferred == (3, 4)
+
+
+async def test_the_grace_counts_from_the_tail_with_the_reduce_recorded(
+    nats_client: NatsClient, agents: Agents, tmp_path: Path
+) -> None:
+    """The reduce's own call and result take a window slot and leave the oldest protected
+    output reclaimable: that is not U regrowing, so it must not end the grace."""
+    agent = _agent(agents, nats_client, tmp_path / "a.db", Domain.parse(f"rt/d7/{uuid.uuid4().hex[:8]}"), WIDE)
+    await _build(agent, 4)
+    plan = agent.ctx_reduce("2")  # the oldest build log
+    assert plan.queued == (2,)
+    # Recorded once the tool ran, as MCP tool calls are.
+    agent.assistant("ctx_reduce 2", tool_name=REDUCE_TOOL_NAME, call_id="r")
+    recorded = (await agent.tool_result(REDUCE_TOOL_NAME, plan.summary(), call_id="r")).measure
+    assert 4 not in recorded.protected, "the test needs the reduce to push an output out of the window"
+
+    state = agent.channel1.state
+    assert state.grace is not None and state.grace.baseline_u == recorded.u
+    assert decide(state, recorded.u, recorded.t, user_turn=agent.user_turns).verdict is Verdict.GRACE
+
+
+async def test_a_conclusion_is_kept_when_named(nats_client: NatsClient, agents: Agents, tmp_path: Path) -> None:
+    """Final results are never dropped, as `DropPlan.kept` tells the agent."""
+    agent = _agent(agents, nats_client, tmp_path / "a.db", Domain.parse(f"rt/d8/{uuid.uuid4().hex[:8]}"), ROOMY)
+    agent.user("Find why the handler tests fail.")
+    tag = agent.context.add("assistant", "Root cause: handler_7 returns None on a cold cache.", kind="conclusion")
+    await _grep(agent, 4, compose=False)
+    plan = agent.ctx_reduce(f"{tag},{tag + 1}")  # the conclusion and the first grep call
+    assert (plan.kept, plan.queued) == ((tag,), (tag + 1,))
+    assert "kept §2§ (final results are never dropped)" in plan.summary()
+    agent.compose()
+    assert agent.context.message(tag).state == "active"
