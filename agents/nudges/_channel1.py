@@ -2,15 +2,18 @@
 
 The aim is to be heard without nagging:
 
-- a band rise fires the full reminder for the new band;
+- a rise above the highest band announced so far fires the full reminder for it;
 - the same band fires again only as a calm one-liner, and only once U has grown by
   `refire_growth(T)` since the last reminder and the user has spoken at least
   `REFIRE_MIN_USER_TURNS` times (a long autonomous run is not a reason to repeat);
-- a fall to a lower band is recorded silently, so a later rise speaks again;
+- a fall to a lower band is recorded silently; climbing back to a band already
+  announced is the same band firing again, so a tail that flaps across a boundary is
+  not told twice in full;
 - a quiet band resets everything but a running grace, so the next band speaks in full;
 - after ctx_reduce the agent has just complied: stay quiet until U regrows by the
   same cadence above its post-reduce value, or the band climbs above the one seen
-  before the reduce; the cadence then counts from the post-reduce value.
+  before the reduce; the cadence then counts from the post-reduce value, and only the
+  band seen then (no higher than before the reduce) counts as announced.
 
 `decide` is a pure function of the persisted state and one measurement; `Channel1`
 wires it to the store and the reminder text.
@@ -103,25 +106,31 @@ def decide(state: Channel1State, u: int, t: int, *, user_turn: int) -> Channel1D
         return Channel1Decision(Verdict.QUIET, band, Channel1State(grace=state.grace))
 
     if state.grace is not None:
+        before = state.grace.pre_reduce_level
         baseline = state.grace.baseline_u
         regrown = u - baseline >= growth
-        escalated = band.rank > state.grace.pre_reduce_level.rank
+        escalated = band.rank > before.rank
         if not regrown and not escalated:
             return Channel1Decision(Verdict.GRACE, band, state)
-        # The re-fire cadence counts from what the reduce left, not from before it.
-        state = state.model_copy(update={"grace": None, "last_u": baseline})
+        # The re-fire cadence counts from what the reduce left, not from before it. The
+        # reduce answered the reminders before it: a band above the one the tail is in
+        # now, or above the one before the reduce, speaks in full again.
+        announced = min(band, before, state.announced, key=lambda b: b.rank)
+        state = state.model_copy(update={"grace": None, "last_u": baseline, "announced": announced})
 
     if band.rank < state.level.rank:
-        quieter = state.model_copy(update={"level": band, "last_u": u})
-        return Channel1Decision(Verdict.DOWNGRADE, band, quieter)
+        return Channel1Decision(Verdict.DOWNGRADE, band, state.model_copy(update={"level": band}))
 
+    if band.rank > state.announced.rank:
+        rise = {"level": band, "announced": band, "last_u": u, "last_fire_turn": user_turn}
+        return Channel1Decision(Verdict.RISE, band, state.model_copy(update=rise))
+    # The same band, or back up to one already announced: at most the calm re-fire.
     fired = state.model_copy(update={"level": band, "last_u": u, "last_fire_turn": user_turn})
-    if band.rank > state.level.rank:
-        return Channel1Decision(Verdict.RISE, band, fired)
+    held = state.model_copy(update={"level": band}) if band is not state.level else state
     if u - state.last_u < growth:
-        return Channel1Decision(Verdict.CADENCE, band, state)
+        return Channel1Decision(Verdict.CADENCE, band, held)
     if _too_few_turns(state.last_fire_turn, user_turn):
-        return Channel1Decision(Verdict.TURNS, band, state)
+        return Channel1Decision(Verdict.TURNS, band, held)
     return Channel1Decision(Verdict.REFIRE, band, fired)
 
 
@@ -132,9 +141,17 @@ def _too_few_turns(last_fire_turn: int | None, user_turn: int) -> bool:
     return user_turn - last_fire_turn < REFIRE_MIN_USER_TURNS
 
 
-def start_grace(state: Channel1State, *, post_reduce_u: int) -> Channel1State:
-    """The state after a successful ctx_reduce: quiet until U regrows or the band climbs."""
-    grace = PostReduceGrace(baseline_u=max(post_reduce_u, 0), pre_reduce_level=state.level)
+def start_grace(state: Channel1State, *, post_reduce_u: int, post_reduce_t: int = 0) -> Channel1State:
+    """The state after a successful ctx_reduce: quiet until U regrows or the band climbs.
+
+    :param post_reduce_t: T measured with `post_reduce_u`. When the reduce left a higher
+        band than the one seen before it (its own call taking a slot of the protection
+        window), only a band above that one is an escalation.
+    """
+    level, left = state.level, channel1_band(post_reduce_u, post_reduce_t)
+    if left is not Band.CHANNEL2 and left.rank > level.rank:
+        level = left
+    grace = PostReduceGrace(baseline_u=max(post_reduce_u, 0), pre_reduce_level=level)
     return state.model_copy(update={"grace": grace})
 
 
@@ -206,8 +223,11 @@ class Channel1:
     def after_reduce(self, measure: TailMeasure) -> None:
         """Start the compliance grace after ctx_reduce queued at least one drop.
 
+        Call it again once the reduce's own result is recorded: the grace then counts
+        from the tail as the reduce left it.
+
         :param measure: the tail measured after the drops were queued, so its U no
             longer includes them.
         """
         stored = self._load()
-        self._save(stored, start_grace(stored.channel1, post_reduce_u=measure.u))
+        self._save(stored, start_grace(stored.channel1, post_reduce_u=measure.u, post_reduce_t=measure.t))

@@ -16,7 +16,7 @@ import time
 from contextlib import closing
 from typing import Literal, Protocol, TypeAlias
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agents.nudges._bands import Band
 from schemas import CtxbusError
@@ -54,12 +54,25 @@ class Channel1State(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     level: Channel1Level = Band.QUIET
-    """Last band observed; a higher band fires the full reminder."""
+    """Last band observed; falls silently with the tail."""
+    announced: Channel1Level = Band.QUIET
+    """Highest band whose full reminder was given since the tail was last quiet or the
+    agent last reduced; only a band above it fires the full reminder again, so a tail
+    flapping across a band boundary does not. Defaults to `level`, which is what it
+    was before this field existed."""
     last_u: int = Field(default=0, ge=0)
-    """U when `level` was last fired or observed: the base of the re-fire cadence."""
+    """U when the last reminder fired, or what a reduce left: the base of the re-fire cadence."""
     last_fire_turn: int | None = Field(default=None, ge=0)
     """Real user turn count when the last reminder fired."""
     grace: PostReduceGrace | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _announced_defaults_to_level(cls, data: object) -> object:
+        # Stored states from before `announced` must not fire their band in full again.
+        if isinstance(data, dict) and "announced" not in data:
+            return {**data, "announced": data.get("level", Band.QUIET)}
+        return data
 
 
 class Channel2State(BaseModel):

@@ -16,6 +16,7 @@ from agents.nudges import (
     REDUCE_TOOL_NAME,
     Band,
     Channel1,
+    Channel1Decision,
     Channel1Level,
     Channel1State,
     MemoryNudgeStateStore,
@@ -98,12 +99,45 @@ def test_a_turn_counter_that_went_backwards_does_not_silence() -> None:
     assert decide(fired_at(Band.GENTLE, 45_000, turn=9), 70_000, T, user_turn=2).verdict is Verdict.REFIRE
 
 
-def test_downgrade_is_silent_and_a_later_rise_speaks_again() -> None:
+def test_downgrade_is_silent_and_only_a_band_above_the_announced_one_speaks_in_full() -> None:
     state = fired_at(Band.FIRM, 85_000)
     down = decide(state, 50_000, T, user_turn=1)
     assert down.verdict is Verdict.DOWNGRADE and not down.fire
-    assert down.state == fired_at(Band.GENTLE, 50_000)
-    assert decide(down.state, 85_000, T, user_turn=1).verdict is Verdict.RISE
+    assert down.state == Channel1State(level=Band.GENTLE, announced=Band.FIRM, last_u=85_000, last_fire_turn=0)
+    assert decide(down.state, 125_000, T, user_turn=1).verdict is Verdict.RISE
+
+
+@pytest.mark.parametrize(
+    ("u", "turn", "verdict"),
+    [
+        (109_999, 9, Verdict.CADENCE),  # 24,999 above the firm reminder's 85k
+        (110_000, 4, Verdict.TURNS),
+        (110_000, 5, Verdict.REFIRE),
+    ],
+)
+def test_climbing_back_to_the_announced_band_is_a_calm_refire(u: int, turn: int, verdict: Verdict) -> None:
+    """firm -> gentle -> firm: the second firm is the same band firing again, not a rise."""
+    down = decide(fired_at(Band.FIRM, 85_000), 50_000, T, user_turn=1).state
+    decision = decide(down, u, T, user_turn=turn)
+    assert decision.verdict is verdict
+    assert decision.state.level is Band.FIRM and decision.state.announced is Band.FIRM
+    assert decision.calm is decision.fire
+
+
+def test_a_tail_flapping_across_a_boundary_hears_the_band_once() -> None:
+    """The reviewer's trace (p10b): urgent at 40k, T grows past the boundary and back."""
+    decisions = _walk([(40_166, 62_274), (40_166, 69_080), (55_472, 71_478), (55_472, 72_850)])
+    assert [d.band for d in decisions] == [Band.URGENT, Band.FIRM, Band.URGENT, Band.URGENT]
+    assert [d.verdict for d in decisions] == [Verdict.RISE, Verdict.DOWNGRADE, Verdict.CADENCE, Verdict.CADENCE]
+
+
+def _walk(steps: list[tuple[int, int]]) -> list[Channel1Decision]:
+    """Feed (U, T) steps through `decide` at user turn 0, carrying the state along."""
+    state, decisions = Channel1State(), []
+    for u, t in steps:
+        decisions.append(decide(state, u, t, user_turn=0))
+        state = decisions[-1].state
+    return decisions
 
 
 def test_quiet_resets_everything() -> None:
@@ -153,6 +187,22 @@ def test_grace_ends_early_when_the_band_climbs_above_the_pre_reduce_band() -> No
     escalated = decide(graced, 60_000, 140_000, user_turn=0)  # firm, only 15k of growth
     assert escalated.verdict is Verdict.RISE
     assert escalated.state.grace is None
+
+
+def test_after_a_grace_only_the_band_before_the_reduce_counts_as_announced() -> None:
+    """urgent, down to firm, reduce: urgent again ends the grace and speaks in full."""
+    down = decide(fired_at(Band.URGENT, 130_000), 90_000, T, user_turn=1).state
+    graced = start_grace(down, post_reduce_u=85_000)
+    assert graced.grace is not None and graced.grace.pre_reduce_level is Band.FIRM
+    assert decide(graced, 125_000, T, user_turn=1).verdict is Verdict.RISE
+
+
+def test_a_band_the_reduce_itself_left_is_no_escalation() -> None:
+    """Gentle before; the reduce's own call took a window slot and left the tail firm."""
+    graced = start_grace(fired_at(Band.GENTLE, 45_000), post_reduce_u=85_000, post_reduce_t=T)
+    assert graced.grace is not None and graced.grace.pre_reduce_level is Band.FIRM
+    assert decide(graced, 90_000, T, user_turn=9).verdict is Verdict.GRACE
+    assert decide(graced, 125_000, T, user_turn=9).verdict is Verdict.RISE  # urgent: above it
 
 
 def test_channel1_appends_text_only_when_it_fires() -> None:
@@ -210,6 +260,30 @@ def test_state_round_trips_as_json() -> None:
     assert NudgeState.model_validate_json(payload) == state
 
 
+def test_the_announced_band_survives_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "agent.sqlite"
+    first = Channel1(SqliteNudgeStateStore(path))
+    first.after_tool_call("bash", measure_of(85_000, T), user_turn=0)
+    first.after_tool_call("bash", measure_of(50_000, T), user_turn=0)  # down to gentle, silently
+
+    restarted = Channel1(SqliteNudgeStateStore(path))
+    assert (restarted.state.level, restarted.state.announced) == (Band.GENTLE, Band.FIRM)
+    assert restarted.after_tool_call("bash", measure_of(90_000, T), user_turn=0).decision.verdict is Verdict.CADENCE
+
+
+def test_a_state_stored_before_announced_loads_as_announced_at_its_level(tmp_path: Path) -> None:
+    """A stored v1 payload without the field: its band was announced, so it must not fire in full again."""
+    store = SqliteNudgeStateStore(tmp_path / "agent.sqlite")
+    store.save(NudgeState())
+    stored = '{"version":1,"channel1":{"level":"firm","last_u":85000,"last_fire_turn":2,"grace":null}}'
+    with closing(sqlite3.connect(tmp_path / "agent.sqlite")) as conn, conn:
+        conn.execute("UPDATE nudge_state SET body = ?", (stored,))
+    assert store.load().channel1 == Channel1State(level=Band.FIRM, announced=Band.FIRM, last_u=85_000, last_fire_turn=2)
+    assert (
+        Channel1(store).after_tool_call("bash", measure_of(90_000, T), user_turn=2).decision.verdict is Verdict.CADENCE
+    )
+
+
 def test_a_corrupt_stored_state_is_reported(tmp_path: Path) -> None:
     store = SqliteNudgeStateStore(tmp_path / "agent.sqlite")
     store.save(NudgeState())
@@ -236,6 +310,7 @@ def test_the_repr_shows_the_state_last_seen_without_reading_the_store() -> None:
     channel.after_tool_call("bash", measure_of(45_000, T), user_turn=3)
     reads = store.loads
     assert repr(channel) == (
-        "Channel1(Channel1State(level=<Band.GENTLE: 'gentle'>, last_u=45000, last_fire_turn=3, grace=None))"
+        "Channel1(Channel1State(level=<Band.GENTLE: 'gentle'>, announced=<Band.GENTLE: 'gentle'>,"
+        " last_u=45000, last_fire_turn=3, grace=None))"
     )
     assert store.loads == reads
