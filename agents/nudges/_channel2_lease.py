@@ -10,6 +10,13 @@ armed again while it matters, and nothing else ever removes lease keys, so witho
 the bucket would keep one key per agent and cycle for good. A cycle armed again after
 that is still not sent twice: the host is asked for the directive first (below).
 
+``delivered`` says the agent's host got the message, not that every conversation of
+the agent id did: an agent started on a fresh store counts its cycles from 0 again and
+meets the delivered values its earlier store left. So a caller that has no record of
+the cycle being done asks its host, and if the host lacks the directive, claims the
+delivered value and sends as from pending. Processes sharing a host see it there and
+stop at `ALREADY`: one send per conversation and cycle still holds.
+
 A TTL cannot tell whether a dead sender died before or after its message left. So the
 message carries a directive id derived from domain, agent and cycle, and the host is
 asked whether it already holds that directive before every send. Crash windows:
@@ -20,7 +27,7 @@ asked whether it already holds that directive before every send. Crash windows:
 - after the send, before ``delivered`` is written: the next claimer finds the
   directive at the host and only marks the cycle delivered (`RECOVERED`);
 - after ``delivered`` is written, before the caller notes it: the next look finds
-  ``delivered`` (`ALREADY`).
+  ``delivered`` and the directive at the host (`ALREADY`).
 
 A sender that stalls between claiming and sending could outlive its claim, so nobody
 sends once `SEND_WINDOW` of the TTL has passed since the claim. A stall inside the
@@ -92,11 +99,11 @@ class DeliveryOutcome(StrEnum):
     RECOVERED = "recovered"
     """The host already held it (a sender died before confirming); marked delivered."""
     ALREADY = "already"
-    """The lease already said delivered."""
+    """The lease already said delivered, and the host holds the directive."""
     BUSY = "busy"
     """Another process holds the claim, or this one gave it back unsent; try later."""
     FAILED = "failed"
-    """The host raised; the cycle is back to pending."""
+    """The host raised; nothing was sent and any claim of ours is back to pending."""
 
 
 _DONE: Final = frozenset({DeliveryOutcome.SENT, DeliveryOutcome.RECOVERED, DeliveryOutcome.ALREADY})
@@ -202,31 +209,49 @@ class Channel2Lease:
         return view
 
     async def deliver(self, cycle: int, *, text: str) -> Delivery:
-        """Send the cycle's message unless some process already did or is doing it.
+        """Send the cycle's message unless this agent's host has it or another process
+        is sending it.
+
+        Call it only for a cycle the caller has no record of being done: a delivered
+        lease is then checked against the host (see the module docstring).
 
         :param text: the message text, used only if this call ends up sending.
         :raises BusError: if the bus fails before anything was sent.
         """
-        view = await self._view(cycle)
+        step: DirectiveView | Delivery = await self._view(cycle)
         for _ in range(self.config.max_steps):
+            if isinstance(step, Delivery):
+                return step
+            view = step
             match view.state:
                 case DirectiveState.DELIVERED:
-                    return self._result(cycle, DeliveryOutcome.ALREADY, confirmed=True)
+                    try:
+                        held = await self._host.already_delivered(self.directive_id(cycle))
+                    except Exception as exc:  # noqa: BLE001 - the host may raise anything by contract
+                        return self._result(cycle, DeliveryOutcome.FAILED, error=exc)
+                    if held:
+                        return self._result(cycle, DeliveryOutcome.ALREADY, confirmed=True)
+                    log.info("channel 2 %s was delivered to another host; sending to this one", self.key(cycle))
+                    step = await self._claim_and_send(cycle, view, text)
                 case DirectiveState.CLAIMED:
                     return self._result(cycle, DeliveryOutcome.BUSY)
                 case DirectiveState.ABSENT:
-                    view = await self._arm(cycle)
+                    step = await self._arm(cycle)
                 case DirectiveState.UNKNOWN:
-                    view = await self._replace(cycle, view)
+                    step = await self._replace(cycle, view)
                 case DirectiveState.PENDING:
-                    claimed_at = time.monotonic()
-                    claim = await self._claim(cycle, view)
-                    if claim is not None:
-                        return await self._send(claim, self._message(cycle, text), claimed_at)
-                    view = await self._view(cycle)
+                    step = await self._claim_and_send(cycle, view, text)
                 case _:
                     assert_never(view.state)
-        return self._result(cycle, DeliveryOutcome.BUSY)
+        return step if isinstance(step, Delivery) else self._result(cycle, DeliveryOutcome.BUSY)
+
+    async def _claim_and_send(self, cycle: int, view: DirectiveView, text: str) -> Delivery | DirectiveView:
+        """The delivery if the claim was won, else the value that beat it."""
+        claimed_at = time.monotonic()
+        claim = await self._claim(cycle, view)
+        if claim is None:
+            return await self._view(cycle)
+        return await self._send(claim, self._message(cycle, text), claimed_at)
 
     async def _send(self, claim: Lease, message: SyntheticMessage, claimed_at: float) -> Delivery:
         try:

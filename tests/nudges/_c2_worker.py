@@ -11,7 +11,8 @@ first to the crash file:
 
 - ``before_claim``: the cycle was armed (pending), the claim not attempted;
 - ``after_claim``: the claim is ours, nothing sent (the first host call after a claim
-  is `already_delivered`);
+  is `already_delivered`; the lease also asks it about a delivered cycle, whose line
+  the transcript then already holds);
 - ``after_send``: the transcript has the line, the lease does not say delivered;
 - ``before_confirm``: the lease says delivered, the worker has not noted the cycle.
 
@@ -101,10 +102,12 @@ class TranscriptHost:
         self._crasher.maybe("after_send", message.directive_id)
 
     async def already_delivered(self, directive_id: str) -> bool:
-        # Called right after a claim is won: the "after claim" window.
-        self._crasher.maybe("after_claim", directive_id)
         self._catch_up()
-        return directive_id in self._seen
+        if directive_id in self._seen:
+            return True
+        # Not sent yet, so this is right after a claim was won: the "after claim" window.
+        self._crasher.maybe("after_claim", directive_id)
+        return False
 
     def _catch_up(self) -> None:
         with open(self._path, "rb") as transcript:

@@ -48,6 +48,8 @@ class Host:
         self.sent: list[SyntheticMessage] = []
         self.failures = failures
         self.check_delay = 0.0
+        self.unreachable = False
+        """`already_delivered` raises while set."""
         self.entered = anyio.Event()
         self.hold: Callable[[], Awaitable[object]] | None = None
 
@@ -62,6 +64,8 @@ class Host:
 
     async def already_delivered(self, directive_id: str) -> bool:
         await anyio.sleep(self.check_delay)
+        if self.unreachable:
+            raise ConnectionError("host is offline")
         return any(message.directive_id == directive_id for message in self.sent)
 
 
@@ -120,6 +124,54 @@ async def test_a_delivered_cycle_is_never_sent_again(leases: Leases, domain: Dom
     assert (again.outcome, again.done) == (DeliveryOutcome.ALREADY, True)
     assert len(host.sent) == 1
     assert (await second.deliver(1, text="x")).outcome is DeliveryOutcome.SENT  # cycles are independent
+
+
+async def test_a_host_that_lacks_a_delivered_directive_still_gets_it_once(leases: Leases, domain: Domain) -> None:
+    """The same agent id on a fresh store (a new host) counts its cycles from 0 again
+    and finds them delivered to its old host: it must still be asked to prune."""
+    old_host, new_host = Host(), Host()
+    assert (
+        await lease_for(leases, old_host, domain, holder="old").deliver(0, text="x")
+    ).outcome is DeliveryOutcome.SENT
+    fresh = await lease_for(leases, new_host, domain, holder="new").deliver(0, text="y")
+    assert (fresh.outcome, fresh.confirmed) == (DeliveryOutcome.SENT, True)
+    assert [m.text for m in new_host.sent] == ["y"] and len(old_host.sent) == 1
+    # Every process sharing either host now finds it there.
+    for host in (old_host, new_host):
+        assert (
+            await lease_for(leases, host, domain, holder="p3").deliver(0, text="z")
+        ).outcome is DeliveryOutcome.ALREADY
+    assert len(new_host.sent) == len(old_host.sent) == 1
+    assert (await lease_for(leases, new_host, domain).inspect(0)).state is DirectiveState.DELIVERED
+
+
+async def test_processes_sharing_a_fresh_host_resend_a_delivered_cycle_once(leases: Leases, domain: Domain) -> None:
+    await lease_for(leases, Host(), domain, holder="old").deliver(3, text="x")
+    host = Host()
+    outcomes: list[DeliveryOutcome] = []
+
+    async def one(i: int) -> None:
+        outcomes.append((await lease_for(leases, host, domain, holder=f"p{i}").deliver(3, text="x")).outcome)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(16):
+            tg.start_soon(one, i)
+    assert outcomes.count(DeliveryOutcome.SENT) == 1 and len(host.sent) == 1
+    assert set(outcomes) <= {DeliveryOutcome.SENT, DeliveryOutcome.ALREADY, DeliveryOutcome.BUSY}
+
+
+async def test_a_host_that_fails_to_answer_about_a_delivered_cycle_is_asked_again(
+    leases: Leases, domain: Domain
+) -> None:
+    await lease_for(leases, Host(), domain, holder="old").deliver(0, text="x")
+    host = Host()
+    host.unreachable = True
+    lease = lease_for(leases, host, domain)
+    failed = await lease.deliver(0, text="x")
+    assert (failed.outcome, failed.done, type(failed.error)) == (DeliveryOutcome.FAILED, False, ConnectionError)
+    assert (await lease.inspect(0)).state is DirectiveState.DELIVERED and host.sent == []
+    host.unreachable = False
+    assert (await lease.deliver(0, text="x")).outcome is DeliveryOutcome.SENT
 
 
 async def test_delivered_does_not_expire_with_the_claim_ttl(leases: Leases, domain: Domain) -> None:
