@@ -87,10 +87,13 @@ def replay_transcript(path: Path, *, budget: int, store: Path, tokenizer: Tokeni
 
     :raises TranscriptError: naming the line that is not a valid message.
     :raises InvalidConfig: if `budget` is too small for the reserves.
+    :raises UsageError: if `store` holds messages already: the figures would count them.
     """
     config = ContextConfig(window=budget)
     report = ReplayReport(file=str(path), budget=budget)
     with LocalContext(store, _DOMAIN, config=config, tokenizer=tokenizer, autoflush=False) as context:
+        if context.next_tag > 1:
+            raise UsageError(f"{store} holds a replay already; replay into a new store")
         walker = HygieneWalker(context.tokenizer, protected_floor=protected_floor(config.available))
         adapter = TailAdapter()
         history = 0
