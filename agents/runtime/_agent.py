@@ -44,7 +44,7 @@ from agents.runtime._saved import (
     save_config,
     save_queued_drops,
 )
-from agents.runtime._tail import TailAdapter
+from agents.runtime._tail import FINAL_KINDS, TailAdapter
 from bus import BusError, Leases, NatsClient, PidLock
 from schemas import BriefOp, Domain, Presence, Reply, TaskBrief
 
@@ -53,8 +53,6 @@ __all__ = ["Agent", "AgentConfig"]
 log = logging.getLogger(__name__)
 
 _USER_TURNS_KEY = "user_turns"
-_FINAL_KINDS = frozenset({"conclusion"})
-"""Message kinds that hold a request's final result: ctx_reduce never drops them."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -229,7 +227,7 @@ class Agent:
             next_tag=self.context.next_tag,
             protected=measure.protected,
             queued=frozenset(self._queued),
-            keep=frozenset(item.tag for item in items if item.kind in _FINAL_KINDS),
+            keep=frozenset(item.tag for item in items if item.kind in FINAL_KINDS),
         )
         if plan.queued:
             self._queued.update(plan.queued)

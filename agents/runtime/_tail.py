@@ -7,7 +7,11 @@ from collections.abc import Sequence
 from agents.context import TailItem
 from agents.nudges import PartKind, TagKind, TagState, TailPart, TailTag, drop_placeholder
 
-__all__ = ["TailAdapter"]
+__all__ = ["FINAL_KINDS", "TailAdapter"]
+
+FINAL_KINDS = frozenset({"conclusion"})
+"""Message kinds that hold a request's final result: ctx_reduce never drops them, so
+they count in T but never in U (they are not the agent's to release)."""
 
 _PART_KIND = {
     "tool_call": PartKind.TOOL_INPUT,
@@ -64,7 +68,7 @@ class TailAdapter:
                 part = TailPart(
                     key=item.id,
                     kind=_PART_KIND.get(item.kind, PartKind.TEXT),
-                    tag=item.tag,
+                    tag=None if item.kind in FINAL_KINDS else item.tag,
                     synthetic=item.kind == "synthetic",
                     tokens=item.tokens,
                 )

@@ -228,3 +228,14 @@ async def test_a_conclusion_is_kept_when_named(nats_client: NatsClient, agents: 
     assert "kept §2§ (final results are never dropped)" in plan.summary()
     agent.compose()
     assert agent.context.message(tag).state == "active"
+
+
+async def test_a_conclusion_counts_in_t_but_never_in_u(nats_client: NatsClient, agents: Agents, tmp_path: Path) -> None:
+    """What the agent may not release is not asked of it."""
+    agent = _agent(agents, nats_client, tmp_path / "a.db", Domain.parse(f"rt/d9/{uuid.uuid4().hex[:8]}"), ROOMY)
+    agent.user("Find why the handler tests fail.")
+    before = agent.measure()
+    finding = " ".join(f"handler_{i} returns None on a cold cache;" for i in range(300))
+    agent.context.add("assistant", f"Root cause: {finding}", kind="conclusion")
+    after = agent.measure()
+    assert after.t > before.t + 1_000 and after.u == before.u
