@@ -24,6 +24,7 @@ __all__ = [
     "facts",
     "has_constraint",
     "rule_span",
+    "rule_spans",
     "score_unit",
     "split_units",
 ]
@@ -86,7 +87,16 @@ stating the rule itself."""
 _FENCE = re.compile(r"^\s*(?:```|~~~)")
 _LIST_ITEM = re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)])\s+")
 _HEADING = re.compile(r"^\s*(?:#{1,6}\s|<[^>\n]{1,40}>\s*$|\*\*[^*\n]{1,60}\*\*:?\s*$)")
-_SENTENCE_END = re.compile(r"(?<=[.!?。！？])(?<!e\.g\.)(?<!i\.e\.)(?<!etc\.)(?<!vs\.)(?<!\bDr\.)(?<!\bMr\.)\s+(?=\S)")
+_CJK_CLOSERS = "”’」』）》】"
+_SENTENCE_END = re.compile(
+    f"(?<=[.!?。！？{_CJK_CLOSERS}])(?:"
+    r"(?<=[.!?。！？])(?<!e\.g\.)(?<!i\.e\.)(?<!etc\.)(?<!vs\.)(?<!\bDr\.)(?<!\bMr\.)\s+(?=\S)"
+    f"|(?:(?<=[。！？])|(?<=[。！？][{_CJK_CLOSERS}]))(?=[^。！？!?{_CJK_CLOSERS}\\s]))"
+)
+"""Where a sentence ends: after . ! ? and whitespace, as in English; or straight after
+。！？ (and any closing quote or bracket), since Chinese puts no space between sentences.
+A run such as "？！" or "。”" is not cut inside. The shared lookbehind up front is for
+speed: most positions fail that one test."""
 _ENDS_WITH_COLON = re.compile(r"[:：]\**\s*$")
 
 ERROR_LINE = re.compile(
@@ -167,27 +177,48 @@ def rule_span(text: str) -> Span | None:
     return min(found, key=lambda m: m.start()).span() if found else None
 
 
+def rule_spans(text: str) -> list[Span]:
+    """Every negation and constraint trigger of `text`, in order of where it starts.
+
+    A long sentence can carry several rules ("don't bump X, and do not touch Y"); a
+    summary that kept only the first would drop the "not" of the others.
+    """
+    spans = {m.span() for m in _NEGATION.finditer(text)}
+    spans.update(m.span() for m in _NON_ENGLISH.finditer(text))
+    for start, end in _gate_windows(text):
+        spans.update(m.span() for m in _TRIGGER.finditer(text, start, end))
+    return sorted(spans)
+
+
 def _trigger(text: str) -> re.Match[str] | None:
     """A constraint trigger in `text` (not necessarily the first English one), or None."""
     match = _NON_ENGLISH.search(text)
     if match:
         return match
+    for start, end in _gate_windows(text):
+        match = _TRIGGER.search(text, start, end)
+        if match:
+            return match
+    return None
+
+
+def _gate_windows(text: str) -> Iterator[Span]:
+    """The stretches of `text` around its gate words, merged where they overlap, in order."""
     window_start = window_end = -1
     for word in _ASCII_WORD.finditer(text):
         if word.group().lower() not in _GATE_WORDS:
             continue
         start = max(0, word.start() - _WINDOW_BEFORE)
         if start > window_end >= 0:
-            match = _TRIGGER.search(text, window_start, window_end)
-            if match:
-                return match
+            yield window_start, window_end
             window_start = -1
         if window_start < 0:
             window_start = start
         # End the window at a space so no word is cut (a cut word could fake a `\b`).
         end = text.find(" ", word.end() + _WINDOW_AFTER)
         window_end = len(text) if end == -1 else end
-    return _TRIGGER.search(text, window_start, window_end) if window_start >= 0 else None
+    if window_start >= 0:
+        yield window_start, window_end
 
 
 def split_units(text: str) -> list[str]:

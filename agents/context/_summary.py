@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from agents.context._archive import clip, error_lines
-from agents.context._classify import Span, facts, rule_span, score_unit, split_units
+from agents.context._classify import Span, facts, rule_spans, score_unit, split_units
 from schemas import Message
 
 __all__ = ["ExtractiveSummarizer", "Summarizer"]
@@ -24,12 +24,15 @@ _CALL = re.compile(r"<tool_call\b[^>]*?\bname=\"([^\"]*)\"[^>]*>(.*?)</tool_call
 """Calls written inline as `<tool_call name=".." id="..">ARGS</tool_call>` (the transcripts' form)."""
 _FACTS_SCAN_CHARS = 2_000
 _SCORE_MEMO = 8_192
-_SCORE_CHARS = 400
 _PICK_SCAN_CHARS = 6_000
 _CHARS_PER_TOKEN = 3.0
 """Conservative chars-per-token used to plan sizes before the one real count."""
 _CLAUSE_BREAK = re.compile(r"[,;:](?=\s)|\s[-–—]\s|[()]")
 """Where a clause ends inside a sentence (not the colon of `10:00` or the comma of `1,000`)."""
+_MIN_CLAUSE_CONTEXT = 16
+"""A later rule clause is quoted only with this many characters of it besides the trigger:
+a bare "…not…" says nothing."""
+_HEAD = re.compile(r"§\d+§ ")
 
 
 @runtime_checkable
@@ -61,7 +64,8 @@ class ExtractiveSummarizer:
         self.min_chars = min_chars
         self.max_chars = max_chars
         self._scores: dict[str, float] = {}
-        """Score of each line this summarizer wrote, so merges need not re-run the rules."""
+        """`score_unit` of line bodies already ranked, so repeated merges need not re-run the
+        rules. Only a speed-up: a fresh instance computes the same scores."""
 
     def summarize(self, messages: Sequence[Message]) -> str:
         return "\n".join(self._line(m) for m in messages)
@@ -69,12 +73,11 @@ class ExtractiveSummarizer:
     def merge(self, texts: Sequence[str], max_tokens: int) -> str:
         lines: list[str] = []
         seen: set[str] = set()
-        for text in texts:
-            for line in text.splitlines():
-                key = _body(line).strip().lower()
-                if line.strip() and key not in seen:
-                    seen.add(key)
-                    lines.append(line)
+        for line in _entry_lines(texts):
+            key = _body(line).strip().lower()
+            if key not in seen:
+                seen.add(key)
+                lines.append(line)
         budget = max_tokens * _CHARS_PER_TOKEN
         ranked = sorted(range(len(lines)), key=lambda i: (-self._score(lines[i]), i))
         keep: set[int] = set()
@@ -94,14 +97,20 @@ class ExtractiveSummarizer:
         return clip(head + _shorten(_body(best), int(budget) - len(head), set()), int(budget))
 
     def _score(self, line: str) -> float:
-        score = self._scores.get(line)
-        return score_unit(_body(line)) if score is None else score
+        body = _body(line)
+        score = self._scores.get(body)
+        if score is None:
+            if len(self._scores) >= _SCORE_MEMO:
+                for key in list(self._scores)[: _SCORE_MEMO // 2]:
+                    del self._scores[key]
+            score = self._scores[body] = score_unit(body)
+        return score
 
     def _line(self, message: Message) -> str:
         who: str = message.role
         if message.tool_name and message.kind in ("tool_call", "tool_result"):
             who = f"{message.tool_name} {'call' if message.kind == 'tool_call' else 'result'}"
-        head = f"§{message.tag}§ {who}: "
+        head = f"§{message.tag}§ {' '.join(who.split())}: "
         budget = int(min(self.max_chars, max(self.min_chars, len(message.content) * self.ratio)))
         noise = set(message.call_ids)
         if message.kind == "tool_result":
@@ -110,12 +119,9 @@ class ExtractiveSummarizer:
             body = self._tool_call(message.content, budget, noise)
         else:
             body = self._pick(message.content, budget, noise)
-        line = head + body
-        if len(self._scores) >= _SCORE_MEMO:
-            for key in list(self._scores)[: _SCORE_MEMO // 2]:
-                del self._scores[key]
-        self._scores[line] = score_unit(body[:_SCORE_CHARS])
-        return line
+        # One line per message, whatever its breaks (CRLF, soft wraps, code blocks): a merge
+        # ranks and drops lines, and a piece without its `§N§` head would lose its source.
+        return head + " ".join(body.split())
 
     def _tool_call(self, text: str, budget: int, noise: set[str]) -> str:
         """The reasoning's best units, then each call's arguments (clipped, facts kept)."""
@@ -175,40 +181,65 @@ class ExtractiveSummarizer:
 def _shorten(unit: str, limit: int, noise: set[str]) -> str:
     """A unit too long to quote whole, in at most `limit` characters ("" if nothing fits).
 
-    Its first negation or rule clause verbatim, then as many of its other facts as fit:
-    the facts alone would turn "we should not deploy X" into "X".
+    Its negation and rule clauses verbatim (clipped if need be) while they fit, then as many
+    of its other facts as fit: the facts alone would turn "we should not deploy X" into "X",
+    and a later "do not touch Y" into "Y".
     """
-    span = rule_span(unit)
-    clause = _clause(unit, span, limit) if span else ""
-    parts = [clause] if clause else []
-    used = len(clause)
+    parts: list[str] = []
+    taken: list[Span] = []
+    used = 0
+    for span in rule_spans(unit):
+        if any(a <= span[0] < b for a, b in taken):
+            continue
+        bounds = _clause_bounds(unit, span)
+        sep = 3 if parts else 0
+        clause = _clause(unit, span, bounds, limit - used - sep)
+        useful = min(bounds[1] - bounds[0], span[1] - span[0] + _MIN_CLAUSE_CONTEXT)
+        if not clause or (parts and len(clause) < useful):
+            continue
+        parts.append(clause)
+        taken.append(bounds)
+        used += len(clause) + sep
+    quoted = " ".join(parts)
     for fact in facts(unit):
         cost = len(fact) + (3 if parts else 0)
-        if fact in noise or fact in clause or used + cost > limit:
+        if fact in noise or fact in quoted or used + cost > limit:
             continue
         parts.append(fact)
         used += cost
     return " · ".join(parts)
 
 
-def _clause(text: str, span: Span, limit: int) -> str:
-    """The clause of `text` around `span`, verbatim; if over `limit`, clipped around `span`.
-
-    Cuts fall on spaces and are marked with "…"; "" if not even `span` fits.
-    """
+def _clause_bounds(text: str, span: Span) -> Span:
+    """Where the clause of `text` around `span` starts and ends."""
     a, b = span
     start = max((m.end() for m in _CLAUSE_BREAK.finditer(text, 0, a)), default=0)
     after = _CLAUSE_BREAK.search(text, b)
     end = after.start() if after else len(text)
     while start < a and text[start].isspace():
         start += 1
+    return start, end
+
+
+def _clause(text: str, span: Span, bounds: Span, limit: int) -> str:
+    """The clause `bounds` of `text` around `span`, verbatim; if over `limit`, clipped around `span`.
+
+    Cuts fall on spaces and are marked with "…"; "" if not even `span` fits. A clipped
+    clause starts at the nearest fact before `span` if that leaves room after it: "in
+    db/x.py has not been verified" says more than "has not been verified against".
+    """
+    a, b = span
+    start, end = bounds
     if end - start <= limit:
         return text[start:end].rstrip()
     room = limit - 2  # both ends may carry a "…"
     if room < b - a:
         return ""
     left = max(start, a - (room - (b - a)) // 3)
-    if left > start and not text[left - 1].isspace():
+    fact = max((text.rfind(f, start, a) for f in facts(text[start:left])), default=-1)
+    if fact >= 0 and b + _MIN_CLAUSE_CONTEXT - fact <= room:
+        left = fact
+    elif left > start and not text[left - 1].isspace():
         space = text.find(" ", left, a)
         left = a if space == -1 else space + 1
     right = min(end, left + room)
@@ -229,3 +260,22 @@ def _head(line: str) -> str:
 
 def _body(line: str) -> str:
     return line[len(_head(line)) :]
+
+
+def _entry_lines(texts: Sequence[str]) -> list[str]:
+    """The lines of summary entries, each message's line whole.
+
+    Entries written before lines were kept to one per message may still hold a line
+    broken in several: a piece without a `§N§` head belongs to the line before it.
+    """
+    lines: list[str] = []
+    for text in texts:
+        first = len(lines)
+        for piece in text.splitlines():
+            if not piece.strip():
+                continue
+            if len(lines) > first and not _HEAD.match(piece):
+                lines[-1] = f"{lines[-1].rstrip()} {piece.strip()}"
+            else:
+                lines.append(piece)
+    return lines
