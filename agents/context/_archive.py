@@ -3,10 +3,17 @@
 A 3,000-token test log is worth a few lines in the prompt: its size, how it starts and
 ends, and its error lines. The full text stays in the store, where `read` returns any
 line range or the lines matching a query, and `search` ranks everything with BM25.
+
+FTS5's unicode61 tokenizer takes a run of Chinese (or Japanese, Korean) as one token, so
+"数据库" would never find "连接数据库超时". The index therefore gets each CJK character as
+a token of its own, and a query's CJK run becomes its overlapping two-character phrases:
+any two characters found side by side match, the more of them the better, much as the
+words of an English query do. Text without CJK is indexed exactly as written.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sqlite3
 from collections.abc import Sequence
@@ -27,14 +34,29 @@ __all__ = [
     "search_archive",
 ]
 
-ARCHIVE_SCHEMA = """
+_TOKENIZE = "unicode61 remove_diacritics 2"
+ARCHIVE_SCHEMA = f"""
 CREATE VIRTUAL TABLE IF NOT EXISTS archive_fts USING fts5(
-    content, content='messages', content_rowid='tag', tokenize='unicode61 remove_diacritics 2'
+    content, content='messages', content_rowid='tag', tokenize='{_TOKENIZE}'
 );
 """
 """External-content FTS5 index over `messages.content`: the text is stored once."""
+_SNIPPET = "0, '[', ']', '…', 12"
+"""`snippet()` arguments after the table: column, highlight marks, ellipsis, tokens."""
 
 _WORD = re.compile(r"\w+", re.UNICODE)
+_CJK_CLASS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\U00020000-\U0002fa1f"
+"""Kana, CJK ideographs (with extensions and compatibility forms) and Hangul syllables."""
+_CJK = re.compile(f"[{_CJK_CLASS}]")
+_CJK_GAP = re.compile(f"(?<=[{_CJK_CLASS}])(?=\\w)|(?<=\\w)(?=[{_CJK_CLASS}])")
+_QUERY_PIECE = re.compile(f"[{_CJK_CLASS}]+|[^{_CJK_CLASS}]+")
+_SEP = "\uffff"
+"""Put between a CJK character and its neighbours in the indexed text. A noncharacter
+(meant for a program's internal use): unicode61 splits on it and no real text holds it,
+so removing it from a snippet gives back the original."""
+_FTS_FORMAT = ("fts_format", "cjk-1")
+"""Meta key and value recording that the index holds CJK as single characters. A store
+indexed before (without it) is indexed again, once, at the next search."""
 _MAX_QUERY_TERMS = 32
 _MAX_READ_HITS = 50
 
@@ -126,16 +148,52 @@ def read_lines(content: str, *, tag: int, lines: tuple[int, int | None] | None =
 
 
 def index_pending(conn: sqlite3.Connection, domain: str, after: int) -> int:
-    """Index messages with a tag above `after`; return the highest tag now indexed."""
+    """Index messages with a tag above `after`; return the highest tag now indexed.
+
+    If the index was built before CJK text was split (see the module docstring), it is
+    dropped and every message indexed again, so old messages are found like new ones.
+    Runs inside the caller's transaction.
+    """
+    key, version = _FTS_FORMAT
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    if row is None or row[0] != version:
+        if after > 0:
+            conn.execute("INSERT INTO archive_fts(archive_fts) VALUES ('delete-all')")
+            after = 0
+        conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, version))
     row = conn.execute("SELECT max(tag) FROM messages WHERE domain = ?", (domain,)).fetchone()
     newest = int(row[0] or 0)
     if newest > after:
-        conn.execute(
-            "INSERT INTO archive_fts(rowid, content) SELECT tag, content FROM messages "
-            "WHERE domain = ? AND tag > ? ORDER BY tag",
-            (domain, after),
+        # The text passes through Python: SQLite's GLOB and LIKE stop at a NUL, and tool
+        # output may hold one before its CJK text (FTS5 itself reads past it).
+        rows = conn.execute("SELECT tag, content FROM messages WHERE domain = ? AND tag > ?", (domain, after))
+        conn.executemany(
+            "INSERT INTO archive_fts(rowid, content) VALUES (?, ?)", ((tag, _index_text(text)) for tag, text in rows)
         )
     return max(newest, after)
+
+
+def _index_text(text: str) -> str:
+    """`text` as the index sees it: each CJK character set apart from its neighbours."""
+    return _CJK_GAP.sub(_SEP, text) if _CJK.search(text) else text
+
+
+def _match(query: str) -> str:
+    """The FTS5 query for the words of `query`: each word, or two-character CJK phrase, quoted, ORed.
+
+    :raises UsageError: if `query` has no words.
+    """
+    terms: dict[str, None] = {}
+    for word in _WORD.findall(query):
+        for piece in _QUERY_PIECE.findall(word):
+            if len(piece) > 1 and _CJK.match(piece):
+                terms.update(dict.fromkeys(piece[i : i + 2] for i in range(len(piece) - 1)))
+            else:
+                terms[piece] = None
+    if not terms:
+        raise UsageError(f"search query {query!r} has no words to look for")
+    quoted = ('"' + _index_text(term).replace('"', '""') + '"' for term in list(terms)[:_MAX_QUERY_TERMS])
+    return " OR ".join(quoted)
 
 
 def search_archive(conn: sqlite3.Connection, domain: str, query: str, limit: int) -> list[SearchHit]:
@@ -148,21 +206,37 @@ def search_archive(conn: sqlite3.Connection, domain: str, query: str, limit: int
     """
     if limit < 1:
         raise UsageError(f"search limit must be >= 1, got {limit!r}")
-    terms = list(dict.fromkeys(_WORD.findall(query)))[:_MAX_QUERY_TERMS]
-    if not terms:
-        raise UsageError(f"search query {query!r} has no words to look for")
-    match = " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
+    match = _match(query)
     rows = conn.execute(
         "SELECT m.tag, m.id, m.kind, m.tool_name, m.layer, bm25(archive_fts) AS rank, "
-        "snippet(archive_fts, 0, '[', ']', '…', 12) "
+        f"snippet(archive_fts, {_SNIPPET}), m.content "
         "FROM archive_fts JOIN messages AS m ON m.tag = archive_fts.rowid "
         "WHERE archive_fts MATCH ? AND m.domain = ? ORDER BY rank, m.tag LIMIT ?",
         (match, domain, limit),
     ).fetchall()
+    cjk = _cjk_snippets(match, {tag: text for tag, *_, text in rows if _CJK.search(text)})
     return [
-        SearchHit(tag=tag, id=mid, kind=kind, tool_name=tool, layer=layer, score=-float(rank), snippet=snip)
-        for tag, mid, kind, tool, layer, rank, snip in rows
+        SearchHit(
+            tag=tag, id=mid, kind=kind, tool_name=tool, layer=layer, score=-float(rank), snippet=cjk.get(tag, snip)
+        )
+        for tag, mid, kind, tool, layer, rank, snip, _ in rows
     ]
+
+
+def _cjk_snippets(match: str, texts: dict[int, str]) -> dict[int, str]:
+    """Snippets of the messages in `texts` (by tag), which hold CJK text.
+
+    FTS5 makes a snippet by tokenizing the stored text again, and the stored text does
+    not have the index's splits, so its snippet of such a message marks the wrong words.
+    A throwaway in-memory table holding the text as indexed gives FTS5's own snippet.
+    """
+    if not texts:
+        return {}
+    with contextlib.closing(sqlite3.connect(":memory:")) as mem:
+        mem.execute(f"CREATE VIRTUAL TABLE s USING fts5(content, tokenize='{_TOKENIZE}')")
+        mem.executemany("INSERT INTO s(rowid, content) VALUES (?, ?)", [(t, _index_text(x)) for t, x in texts.items()])
+        rows = mem.execute(f"SELECT rowid, snippet(s, {_SNIPPET}) FROM s WHERE s MATCH ?", (match,)).fetchall()
+    return {tag: snippet.replace(_SEP, "") for tag, snippet in rows}
 
 
 _ERROR_WORDS = (
