@@ -114,3 +114,14 @@ def test_a_query_says_when_no_line_matches_and_how_many_it_left_out(make_ctx: Ma
     shown = ctx.read(tag, query="ok").splitlines()
     assert shown[0] == "1: row 1: ok" and shown[49] == "50: row 50: ok"
     assert shown[50:] == ["(and 30 more matching lines: narrow the query, or read a line range)"]
+
+
+def test_a_snippet_is_the_line_holding_most_of_the_query(make_ctx: MakeContext) -> None:
+    ctx = make_ctx(settings={"archive_threshold": 500})
+    lines = [f"test_{i} PASSED: handler ok" for i in range(600)]
+    lines[300] = "test_300 FAILED: handler raised KeyError 'tenant' after 3 retries"
+    ctx.add("assistant", "Running the suite.", tool_name="pytest", call_id="p")
+    tag = ctx.add("tool", "\n".join(lines), tool_name="pytest", call_id="p")
+    (hit,) = ctx.search("handler keyerror", limit=1)
+    assert hit.tag == tag
+    assert hit.snippet == "test_300 FAILED: [handler] raised [KeyError] 'tenant' after 3 retries"
