@@ -10,7 +10,7 @@ from typing import Final
 
 from schemas import AUTHOR_MAX, UsageError
 
-__all__ = ["CoordinatorConfig", "DEFAULT_SNAPSHOT_EVERY", "DEFAULT_CAS_RETRIES"]
+__all__ = ["CoordinatorConfig", "DEFAULT_BRIEF_BUDGET", "DEFAULT_SNAPSHOT_EVERY", "DEFAULT_CAS_RETRIES"]
 
 DEFAULT_SNAPSHOT_EVERY: Final = 500
 """Commits between snapshots of a domain: bounds what a joiner replays."""
@@ -38,6 +38,10 @@ DEFAULT_MAX_BATCH: Final = 64
 DEFAULT_IDLE_EVICT: Final = 600.0
 """Seconds a domain goes without proposals before its cached brief is dropped; the next
 proposal loads it again (snapshot plus the log after it)."""
+DEFAULT_BRIEF_BUDGET: Final = 4_000
+"""Tokens of rendered brief the `ctxbus` commands give a coordinator before it folds old
+done items: about two pages, a small share of any agent's pinned layer. The library has
+no default (`CoordinatorConfig.brief_budget_tokens`): it needs a token counter."""
 
 MAX_REPLICAS: Final = 5
 """JetStream keeps at most five copies of a stream."""
@@ -70,7 +74,8 @@ class CoordinatorConfig:
     """Copies of the log and of the snapshots the coordinator creates: 3 on a 3-node
     cluster. An existing log is never cut down to fewer."""
     brief_budget_tokens: int | None = None
-    """Token budget of the rendered brief; over it, old done items are folded. None: no budget."""
+    """Token budget of the rendered brief; over it, old done items are folded. None: no
+    budget (the `ctxbus` commands default to `DEFAULT_BRIEF_BUDGET`)."""
     count_tokens: Callable[[str], int] | None = None
     """Token counter for the budget (injected: the coordinator does not own a tokenizer)."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -12,7 +13,9 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
+from agents.context import Tokenizer
 from bus import BusConfig
+from coordinator._config import DEFAULT_BRIEF_BUDGET, CoordinatorConfig
 from schemas import Domain, InvalidDomain, describe_validation_error, validate_token
 
 __all__ = [
@@ -101,3 +104,14 @@ def bus_config(urls: str, *, name: str = "ctxbus-cli") -> BusConfig:
 def print_json(value: object) -> None:
     """Machine-readable output for `--json`."""
     console.print_json(json.dumps(value, default=str))
+
+
+def coordinator_config(coordinator_id: str | None, brief_budget: int = DEFAULT_BRIEF_BUDGET) -> CoordinatorConfig:
+    """A coordinator's settings as the commands give them: a brief budget (0: none),
+    counted with the agents' tokenizer."""
+    config = CoordinatorConfig()
+    if coordinator_id:
+        config = dataclasses.replace(config, coordinator_id=coordinator_id)
+    if brief_budget:
+        config = dataclasses.replace(config, brief_budget_tokens=brief_budget, count_tokens=Tokenizer.load().count)
+    return config

@@ -12,7 +12,6 @@ import anyio.lowlevel
 import typer
 from rich.markup import escape
 
-from agents.context import Tokenizer
 from bus import (
     DEFAULT_SYNC_INTERVAL,
     BusConfig,
@@ -24,9 +23,21 @@ from bus import (
     run_async,
 )
 from coordinator import Coordinator, CoordinatorConfig
-from coordinator._config import DEFAULT_SNAPSHOT_EVERY, MAX_REPLICAS  # not exported by `coordinator` yet
+from coordinator._config import (  # not exported by `coordinator` yet
+    DEFAULT_BRIEF_BUDGET,
+    DEFAULT_SNAPSHOT_EVERY,
+    MAX_REPLICAS,
+)
 from coordinator.cli._app import app
-from coordinator.cli._common import DEFAULT_NATS_URL, NatsOption, bus_config, console, default_state_dir, errors
+from coordinator.cli._common import (
+    DEFAULT_NATS_URL,
+    NatsOption,
+    bus_config,
+    console,
+    coordinator_config,
+    default_state_dir,
+    errors,
+)
 from coordinator.cli._running import INTERRUPTED, one_error, until_signal
 
 __all__: list[str] = []
@@ -40,8 +51,13 @@ DataDirOption = Annotated[
 ]
 SyncOption = Annotated[str, typer.Option("--sync-interval", help="JetStream fsync interval: 'always', or e.g. '2m'.")]
 BudgetOption = Annotated[
-    int | None,
-    typer.Option("--brief-budget", min=1, metavar="TOKENS", help="Fold old done items when the brief exceeds this."),
+    int,
+    typer.Option(
+        "--brief-budget",
+        min=0,
+        metavar="TOKENS",
+        help="Fold old done items into one line when the rendered brief exceeds this many tokens; 0 never folds.",
+    ),
 ]
 
 
@@ -66,14 +82,14 @@ def up(
     port: PortOption = DEFAULT_NATS_PORT,
     data_dir: DataDirOption = None,
     sync_interval: SyncOption = DEFAULT_SYNC_INTERVAL,
-    brief_budget: BudgetOption = None,
+    brief_budget: BudgetOption = DEFAULT_BRIEF_BUDGET,
 ) -> None:
     """Start NATS and a coordinator in one foreground process: everything agents need.
 
     Agents then connect to the printed URL (the default for every other command).
     Ctrl-C stops both cleanly; the log and briefs are kept for the next `ctxbus up`.
     """
-    config = _config(None, brief_budget)
+    config = coordinator_config(None, brief_budget)
     run_async(_run, _embedded("127.0.0.1", port, data_dir, sync_interval), config)
 
 
@@ -86,7 +102,7 @@ def coordinator(
     snapshot_every: Annotated[
         int, typer.Option(min=1, help="Commits between brief snapshots.")
     ] = DEFAULT_SNAPSHOT_EVERY,
-    brief_budget: BudgetOption = None,
+    brief_budget: BudgetOption = DEFAULT_BRIEF_BUDGET,
     replicas: Annotated[
         int,
         typer.Option(
@@ -100,18 +116,9 @@ def coordinator(
     group and never commit on the same base. Stops on Ctrl-C or SIGTERM.
     """
     config = dataclasses.replace(
-        _config(coordinator_id, brief_budget), snapshot_every=snapshot_every, replicas=replicas
+        coordinator_config(coordinator_id, brief_budget), snapshot_every=snapshot_every, replicas=replicas
     )
     run_async(_coordinate, bus_config(nats, name=config.coordinator_id), config)
-
-
-def _config(coordinator_id: str | None, brief_budget: int | None) -> CoordinatorConfig:
-    config = CoordinatorConfig()
-    if coordinator_id:
-        config = dataclasses.replace(config, coordinator_id=coordinator_id)
-    if brief_budget:
-        config = dataclasses.replace(config, brief_budget_tokens=brief_budget, count_tokens=Tokenizer.load().count)
-    return config
 
 
 def _embedded(host: str, port: int, data_dir: Path | None, sync_interval: str) -> EmbeddedServer:

@@ -32,9 +32,9 @@ from agents.swarm import (
     check_settings,
 )
 from bus import BusConfig, EmbeddedServer, close_quietly, connect, run_async
-from coordinator import Coordinator, CoordinatorConfig
+from coordinator import Coordinator
 from coordinator.cli._app import app
-from coordinator.cli._common import console, errors, print_json
+from coordinator.cli._common import console, coordinator_config, errors, print_json
 from coordinator.cli._running import INTERRUPTED, one_error, until_signal
 from schemas import Domain
 
@@ -144,7 +144,7 @@ async def _demo(
             try:
                 with one_error():
                     async with anyio.create_task_group() as tg:
-                        await tg.start(Coordinator(client, CoordinatorConfig(coordinator_id="swarm-demo")).run)
+                        await tg.start(Coordinator(client, coordinator_config("swarm-demo")).run)
                         reports.append(await _swarm(server.url, root, agents, steps, step_delay, kill_at, quiet))
                         tg.cancel_scope.cancel()
             finally:
