@@ -40,7 +40,10 @@ def mcp(
             "-a",
             envvar="CTXBUS_AGENT",
             callback=parse_agent_name,
-            help="This agent's name on the task (ASCII letters, digits, '_', '-'); one server per name.",
+            help=(
+                "This agent's name on the task (ASCII letters, digits, '_', '-'). Give each server its own: "
+                "a second one on the same store is refused, but two stores under one name are not detected."
+            ),
         ),
     ],
     nats: NatsOption = DEFAULT_NATS_URL,

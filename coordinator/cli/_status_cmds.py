@@ -37,7 +37,12 @@ def status(
     domain: Annotated[
         Domain | None,
         typer.Option(
-            "--domain", "-d", metavar="USER/SESSION/TASK", parser=parse_domain, help="Also list this task's agents."
+            "--domain",
+            "-d",
+            envvar="CTXBUS_DOMAIN",
+            metavar="USER/SESSION/TASK",
+            parser=parse_domain,
+            help="Also list this task's agents.",
         ),
     ] = None,
     nats: NatsOption = DEFAULT_NATS_URL,

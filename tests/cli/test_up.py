@@ -70,3 +70,4 @@ def test_two_agents_propose_and_every_reader_agrees(up: dict[str, str]) -> None:
     (coordinator,) = status["coordinators"]
     assert coordinator["commits"] == 2
     assert coordinator["domains"] == ["alice/s1/t1"]
+    assert "agents on alice/s1/t1" in _run("status", env=up).stdout, "the domain comes from CTXBUS_DOMAIN"
