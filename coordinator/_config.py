@@ -71,8 +71,8 @@ class CoordinatorConfig:
     forward_timeout: float = DEFAULT_FORWARD_TIMEOUT
     idle_evict: float = DEFAULT_IDLE_EVICT
     replicas: int = 1
-    """Copies of the log and of the snapshots the coordinator creates: 3 on a 3-node
-    cluster. An existing log is never cut down to fewer."""
+    """Copies of the log, the snapshots and the agents' lease and presence buckets the
+    coordinator creates: 3 on a 3-node cluster. An existing stream is never cut down."""
     brief_budget_tokens: int | None = None
     """Token budget of the rendered brief; over it, old done items are folded. None: no
     budget (the `ctxbus` commands default to `DEFAULT_BRIEF_BUDGET`)."""

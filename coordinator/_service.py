@@ -22,14 +22,18 @@ from anyio.abc import TaskGroup, TaskStatus
 from bus import (
     BRIEF_BUCKET,
     METRICS_SUBJECT,
+    PRESENCE_BUCKET,
     PROPOSE_QUEUE,
     STATUS_SUBJECT,
     BriefLog,
     BriefState,
+    Bucket,
     BucketConfig,
     BusError,
     BusUnavailable,
     CasConflict,
+    LeaseConfig,
+    Leases,
     NatsClient,
     Request,
     Retry,
@@ -136,8 +140,16 @@ class Coordinator:
         return f"<Coordinator {self.id!r} domains={len(self._domains)} commits={self.metrics.commits}>"
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Create the streams, then serve until cancelled; reports ready via `task_status`."""
+        """Create the streams, then serve until cancelled; reports ready via `task_status`.
+
+        Besides the log and the snapshots, it creates the lease and presence buckets the
+        agents use, with the same number of copies: an agent knows nothing of the cluster
+        and creates a missing one with a single copy (which this raises, never lowers).
+        """
         await self._log.ensure()
+        replicas = self.config.replicas
+        await Leases(self._client, LeaseConfig(replicas=replicas)).ensure()
+        await Bucket(self._client, BucketConfig(name=PRESENCE_BUCKET, replicas=replicas)).ensure()
         async with anyio.create_task_group() as tg:
             self._tg = tg
             await tg.start(partial(listen, self._client, all_domains(Verb.PROPOSE), self._take, queue=PROPOSE_QUEUE))

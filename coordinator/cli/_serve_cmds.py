@@ -106,7 +106,9 @@ def coordinator(
     replicas: Annotated[
         int,
         typer.Option(
-            min=1, max=MAX_REPLICAS, help="Copies of the log and snapshots it creates: 3 on a 3-node cluster."
+            min=1,
+            max=MAX_REPLICAS,
+            help="Copies of the log, snapshots and agent buckets it creates: 3 on a 3-node cluster.",
         ),
     ] = 1,
 ) -> None:

@@ -7,7 +7,19 @@ import uuid
 
 import anyio
 
-from bus import BRIEF_BUCKET, TX_STREAM, BusConfig, BusError, LoopbackCluster, TxLog, TxLogConfig, connect
+from bus import (
+    BRIEF_BUCKET,
+    LEASE_BUCKET,
+    PRESENCE_BUCKET,
+    TX_STREAM,
+    BusConfig,
+    BusError,
+    Leases,
+    LoopbackCluster,
+    TxLog,
+    TxLogConfig,
+    connect,
+)
 from coordinator import Coordinator, CoordinatorConfig
 
 
@@ -60,11 +72,11 @@ async def test_a_coordinator_creates_the_log_with_its_replicas_and_never_cuts_th
                 await anyio.sleep(0.2)
 
     try:
+        await Leases(client).ensure()  # an agent came first: one copy
         await serve_once(CoordinatorConfig(coordinator_id="c-r3", replicas=3))
-        assert await copies(TX_STREAM) == 3
-        assert await copies(f"KV_{BRIEF_BUCKET}") == 3
+        streams = (TX_STREAM, f"KV_{BRIEF_BUCKET}", f"KV_{LEASE_BUCKET}", f"KV_{PRESENCE_BUCKET}")
+        assert [await copies(stream) for stream in streams] == [3, 3, 3, 3]
         await serve_once(CoordinatorConfig(coordinator_id="c-default"))  # the single-node default
-        assert await copies(TX_STREAM) == 3
-        assert await copies(f"KV_{BRIEF_BUCKET}") == 3
+        assert [await copies(stream) for stream in streams] == [3, 3, 3, 3]
     finally:
         await client.close()
