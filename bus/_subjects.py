@@ -1,7 +1,8 @@
 """Every NATS subject, stream, bucket and key name ctxbus uses, built in one place.
 
-A domain's traffic lives under `ctx.<user>.<session>.<task>.<verb>`, so subject
-permissions can separate tenants and a wildcard can watch one task. What belongs to no
+A domain's traffic lives under `ctx.<user>.<session>.<task>.<verb>`, so a wildcard can
+watch one task or one user (tenants are kept apart by NATS accounts: the log stream and
+the buckets are shared, see docs/operations.md). What belongs to no
 one domain (operator endpoints, the republished log, messages that name no valid
 domain) lives under `ctxbus.`, outside every tenant's `ctx.<user>.>`.
 """
