@@ -21,8 +21,13 @@ INTERRUPTED: Final = 130
 """Exit code of a command that a signal stopped before it was done (128 + SIGINT, as shells do)."""
 
 
+STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, *((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ()))
+"""What stops a command: Ctrl-C, a service manager, and a terminal that went away
+(whose SIGHUP would otherwise kill the CLI and leave its nats-server running)."""
+
+
 async def until_signal(body: Callable[[], Awaitable[object]]) -> bool:
-    """Run `body` to its end (True), or until SIGINT or SIGTERM (False): then cancel it.
+    """Run `body` to its end (True), or until a stop signal (False): then cancel it.
 
     The signals are caught before `body` starts anything, and for as long as it cleans
     up after the cancellation: a Ctrl-C while it starts a server lets it stop that
@@ -31,7 +36,7 @@ async def until_signal(body: Callable[[], Awaitable[object]]) -> bool:
     """
     failures: list[Exception] = []
     finished = False
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
         async with anyio.create_task_group() as tg:
 
             async def run() -> None:
