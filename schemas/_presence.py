@@ -26,7 +26,7 @@ class Presence(StoredValue):
     tail_tokens: int = Field(default=0, ge=0)
     """T: eligible tokens of the tail."""
     prompt_tokens: int = Field(default=0, ge=0)
-    """Tokens of the last composed prompt."""
+    """Tokens of the last prompt this process composed (0 until its first)."""
     brief_revision: int = Field(default=0, ge=0)
     """Revision of the agent's brief replica."""
     lag: int = Field(default=0, ge=0)

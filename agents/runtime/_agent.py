@@ -130,6 +130,7 @@ class Agent:
             self._measure: TailMeasure | None = None
             self._reduces_unrecorded = 0
             """ctx_reduce calls that queued drops and whose result is not recorded yet."""
+            self._measure_tail()  # a restarted agent shows its band before its next tool call
             undo.pop_all()
 
     def __repr__(self) -> str:

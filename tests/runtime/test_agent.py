@@ -167,8 +167,16 @@ async def test_queued_drops_survive_a_restart(
     plan = agent.ctx_reduce("3,5")
     assert plan.queued == (3, 5)
     u_before_restart = agent.measure().u
+    before = agent.presence()
     agents.close(agent)
     again = agents.open(client, _config(domain, tmp_path))
+    shown = again.presence()  # before any tool call: `top` and ctx_status show the tail as stored
+    assert (shown.band, shown.unused_tokens, shown.tail_tokens) == (
+        before.band,
+        before.unused_tokens,
+        before.tail_tokens,
+    )
+    assert shown.tail_tokens > 0
     assert again.status()["queued_drops"] == [3, 5]
     assert again.measure().u == u_before_restart
     again.compose("go on")
