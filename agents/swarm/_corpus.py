@@ -4,6 +4,9 @@ pytest runs, diffs and CI logs about one small caching service.
 The demo must run anywhere, so nothing is read from disk: text is generated from a
 seeded random source, which also makes every run (and every restart) produce the same
 bytes for the same step, as a real tool re-run on an unchanged tree would.
+
+Every generator takes the seeded source, the tool's argument and the step it runs in;
+only a CI log uses the step, for its run id.
 """
 
 from __future__ import annotations
@@ -12,7 +15,11 @@ import random
 from collections.abc import Callable
 from typing import Final
 
-__all__ = ["TOOLS", "tool_output"]
+__all__ = ["CI_RUN_BASE", "TOOLS", "tool_output"]
+
+CI_RUN_BASE: Final = 4_810_000
+"""A CI log fetched at step N is run `CI_RUN_BASE + N`: one id per log of an agent,
+so searching for it finds that log, and no number elsewhere in the corpus is that big."""
 
 _MODULES: Final = ("cache", "writer", "invalidation", "ttl", "backend", "metrics", "locks", "config")
 _FUNCS: Final = (
@@ -49,7 +56,7 @@ def _code_line(rng: random.Random) -> str:
     )
 
 
-def grep(rng: random.Random, query: str) -> str:
+def grep(rng: random.Random, query: str, step: int) -> str:
     """`rg -n QUERY service/ tests/`: ~115 hits."""
     lines = [f"$ rg -n {query!r} service/ tests/"]
     for _ in range(115):
@@ -59,7 +66,7 @@ def grep(rng: random.Random, query: str) -> str:
     return "\n".join(lines)
 
 
-def read_file(rng: random.Random, path: str) -> str:
+def read_file(rng: random.Random, path: str, step: int) -> str:
     """`cat -n` of a Python module: ~150 numbered lines."""
     lines = [f'"""{path}: {rng.choice(_WORDS)} handling for the cache service."""', ""]
     for i in range(14):
@@ -71,7 +78,7 @@ def read_file(rng: random.Random, path: str) -> str:
     return "\n".join(f"{n:>5}\t{text}" for n, text in enumerate(lines, start=1))
 
 
-def pytest_run(rng: random.Random, target: str) -> str:
+def pytest_run(rng: random.Random, target: str, step: int) -> str:
     """A failing `pytest -x -q` run with a traceback and captured logs."""
     test = f"test_{rng.choice(_FUNCS)}_{rng.choice(_WORDS)}"
     lines = [f"$ pytest -q {target}", "=" * 30 + " test session starts " + "=" * 30]
@@ -93,7 +100,7 @@ def pytest_run(rng: random.Random, target: str) -> str:
     return "\n".join(lines)
 
 
-def diff(rng: random.Random, path: str) -> str:
+def diff(rng: random.Random, path: str, step: int) -> str:
     """`git diff` of a few hunks."""
     lines = [f"diff --git a/{path} b/{path}", "index 3f2a1c9..8b7d0e4 100644", f"--- a/{path}", f"+++ b/{path}"]
     for _ in range(11):
@@ -105,8 +112,11 @@ def diff(rng: random.Random, path: str) -> str:
     return "\n".join(lines)
 
 
-def ci_log(rng: random.Random, job: str) -> str:
-    """A long CI job log (install, build, tests): the kind the context archives."""
+def ci_log(rng: random.Random, job: str, step: int) -> str:
+    """A long CI job log (install, build, tests): the kind the context archives.
+
+    Its `##[error]` line names the run; the run time alone would not tell two logs apart.
+    """
     lines = [f"##[group]Run {job}", "Collecting dependencies from requirements.lock"]
     for i in range(200):
         pkg = f"{rng.choice(_WORDS)}-{rng.choice(_WORDS)}"
@@ -119,16 +129,17 @@ def ci_log(rng: random.Random, job: str) -> str:
         )
     lines.append(f"{_path(rng, 'tests')}::test_invalidate_{rng.choice(_WORDS)} FAILED")
     lines.append("E   TimeoutError: lock 'cache-writer' not released after 5.0s (holder pid 4242)")
-    lines.append(f"##[error]Process completed with exit code 1 after {rng.randint(300, 900)}s")
+    run_time = rng.randint(300, 900)
+    lines.append(f"##[error]Process completed with exit code 1 after {run_time}s (run {CI_RUN_BASE + step})")
     return "\n".join(lines)
 
 
-def edit(rng: random.Random, path: str) -> str:
+def edit(rng: random.Random, path: str, step: int) -> str:
     """The confirmation an edit tool prints."""
     return f"Edited {path}: replaced {rng.randint(3, 14)} lines, added {rng.randint(1, 9)}."
 
 
-TOOLS: Final[dict[str, Callable[[random.Random, str], str]]] = {
+TOOLS: Final[dict[str, Callable[[random.Random, str, int], str]]] = {
     "grep": grep,
     "read_file": read_file,
     "pytest": pytest_run,
@@ -136,12 +147,12 @@ TOOLS: Final[dict[str, Callable[[random.Random, str], str]]] = {
     "ci_logs": ci_log,
     "edit": edit,
 }
-"""Tool name -> generator(rng, argument)."""
+"""Tool name -> generator(rng, argument, step)."""
 
 
-def tool_output(tool: str, argument: str, *, seed: str) -> str:
-    """The output of `tool` on `argument`, the same for the same seed on every run.
+def tool_output(tool: str, argument: str, *, agent: str, step: int) -> str:
+    """The output of `tool` on `argument` for `agent` at `step`, the same on every run.
 
     :raises KeyError: for a tool the corpus does not know.
     """
-    return TOOLS[tool](random.Random(f"{seed}/{tool}/{argument}"), argument)
+    return TOOLS[tool](random.Random(f"{agent}/{step}/{tool}/{argument}"), argument, step)

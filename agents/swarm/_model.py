@@ -31,6 +31,7 @@ _FAILURE: Final = "TimeoutError"
 """The error every CI log of the corpus ends with."""
 _DIG_HITS: Final = 3
 _ERROR_MARK: Final = "##[error]"
+_RUN_ID: Final = re.compile(r"\(run (\d+)\)$")
 
 T = TypeVar("T")
 
@@ -71,7 +72,7 @@ class ScriptedModel:
     async def _call(self, n: int, tool: str, argument: str) -> None:
         call_id = f"{self._calls}-{n}"
         self.agent.assistant(f'<tool_call name="{tool}">{argument}</tool_call>', tool_name=tool, call_id=call_id)
-        output = tool_output(tool, argument, seed=f"{self.agent.id}/{n}")
+        output = tool_output(tool, argument, agent=self.agent.id, step=n)
         tag = self.agent.context.next_tag
         outcome = await self.agent.tool_result(tool, output, call_id=call_id)
         self._note_band(str(outcome.measure.band))
@@ -171,15 +172,25 @@ class ScriptedModel:
                 if isinstance(reply, Rejection):
                     self.tally.unexpected.append(f"step {n}: {op.op} refused: {reply.reason}")
                     self._say(n, f"[unexpected] {op.op} refused: {reply.reason}")
-                elif reply.duplicate:  # re-run after a restart: the key was committed before
-                    self._say(n, f"brief rev {reply.revision}: {op.op} already committed before the restart")
                 else:
+                    # Counted either way: a killed process never saved the tally of the
+                    # step it died in, so its commit is this process's to count.
                     self.tally.committed += 1
-                    self._say(n, f"brief rev {reply.revision}: {op.op} committed")
+                    self._say(n, f"brief rev {reply.revision}: {op.op} committed{self._how(n, reply)}")
             case CompleteMine(outcome):
                 await self._complete_mine(n, key, outcome)
             case AdoptRejected(option, rationale):
                 await self._adopt_rejected(n, key, option, rationale)
+
+    def _how(self, n: int, reply: Committed) -> str:
+        """How a commit came about, when not at the first try: a duplicate answers a key
+        committed earlier, by the process killed in this very step or by a try whose
+        reply was lost (the proposer then sends the same key again)."""
+        if not reply.duplicate:
+            return ""
+        if n == self.tally.resumed_from:  # the step the killed process died in
+            return " before the restart"
+        return " (confirmed on retry)"
 
     async def _complete_mine(self, n: int, key: str, outcome: str) -> None:
         text = pending_text(self.index)
@@ -191,7 +202,7 @@ class ScriptedModel:
         reply = await self.agent.propose(Complete(item_id=item_id, outcome=outcome), key=key)
         if isinstance(reply, Committed):
             self.tally.committed += 1
-            self._say(n, f"brief rev {reply.revision}: completed {item_id}")
+            self._say(n, f"brief rev {reply.revision}: completed {item_id}{self._how(n, reply)}")
         else:
             self.tally.unexpected.append(f"step {n}: complete refused: {reply.reason}")
 
@@ -218,12 +229,14 @@ class ScriptedModel:
 
 
 def _dig_query(output: str) -> str:
-    """What the model searches an archived CI log with: the run time on its `##[error]`
-    line (e.g. `468s`, shown in the compact form). The failure itself would not do:
-    every earlier CI log, search and read holds the same TimeoutError, and BM25 ranks
-    those short records above an 8k-token log."""
+    """What the model searches an archived CI log with: the run id on its `##[error]`
+    line (e.g. `4810027`, shown in the compact form), which no other log of the agent
+    has. Not the failure: every earlier CI log, search and read holds the same
+    TimeoutError, and BM25 ranks those short records above an 8k-token log. Not the run
+    time either: two logs of one agent can take the same number of seconds."""
     error = next((line for line in reversed(output.splitlines()) if line.startswith(_ERROR_MARK)), "")
-    return error.split()[-1] if error else _FAILURE
+    run = _RUN_ID.search(error)
+    return run.group(1) if run else _FAILURE
 
 
 def _tags(text: str) -> list[int]:

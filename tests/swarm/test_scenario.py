@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 from agents.context import Tokenizer
+from agents.swarm import MAX_AGENTS
 from agents.swarm._corpus import TOOLS, tool_output
+from agents.swarm._model import _dig_query
 from agents.swarm._scenario import ADOPTER, AdoptRejected, CompleteMine, Propose, agent_name, step
 from agents.swarm._worker import SWARM_CONTEXT
 
@@ -23,7 +26,7 @@ def run_digest(agents: int = 3, steps: int = 75) -> str:
         for number in range(steps):
             scripted = step(index, agents, number, steps)
             digest.update(repr(scripted).encode())
-            digest.update(tool_output(scripted.tool, scripted.argument, seed=f"{agent_name(index)}/{number}").encode())
+            digest.update(tool_output(scripted.tool, scripted.argument, agent=agent_name(index), step=number).encode())
     return digest.hexdigest()
 
 
@@ -41,12 +44,12 @@ def test_steps_and_outputs_are_the_same_on_every_run() -> None:
     )
     assert other.returncode == 0, other.stderr
     assert other.stdout.strip() == run_digest()
-    assert tool_output("grep", "q", seed="agent-1/3") != tool_output("grep", "q", seed="agent-2/3")
+    assert tool_output("grep", "q", agent="agent-1", step=3) != tool_output("grep", "q", agent="agent-2", step=3)
 
 
 def test_only_ci_logs_are_big_enough_to_be_archived() -> None:
     count = Tokenizer.load().count
-    sizes = {tool: count(tool_output(tool, "service/cache/writer.py", seed="s")) for tool in TOOLS}
+    sizes = {tool: count(tool_output(tool, "service/cache/writer.py", agent="agent-1", step=9)) for tool in TOOLS}
     assert sizes.pop("ci_logs") > SWARM_CONTEXT.archive_threshold
     assert sizes.pop("edit") < 100
     assert all(2_000 < size < SWARM_CONTEXT.archive_threshold for size in sizes.values()), sizes
@@ -65,3 +68,24 @@ def test_the_story_every_run_tells() -> None:
     completes = sorted(key for key, found in intents.items() if any(isinstance(x, CompleteMine) for x in found))
     assert completes == [(i, steps - 1) for i in range(agents)]
     assert "Never edit files under vendor/" in (step(0, agents, 0, steps).user or "")
+
+
+def test_the_word_an_archived_ci_log_is_searched_by_is_in_that_output_alone() -> None:
+    # The model finds its archived CI log with one word of the log's error line, and
+    # reads it only if the log is among the top 3 hits: in a long run of the largest
+    # swarm, no other output an agent's tools print may hold that word.
+    agents, steps = MAX_AGENTS, 120
+    shared = []
+    for index in range(agents):
+        holders: dict[str, list[int]] = {}
+        queries = {}
+        for number in range(steps):
+            scripted = step(index, agents, number, steps)
+            output = tool_output(scripted.tool, scripted.argument, agent=agent_name(index), step=number)
+            for word in set(re.findall(r"\w+", output)):
+                holders.setdefault(word, []).append(number)
+            if scripted.tool == "ci_logs":
+                queries[number] = _dig_query(output)
+        shared += [f"{agent_name(index)} step {n}: {q!r} is in steps {holders[q]}" for n, q in queries.items()
+                   if holders[q] != [n]]  # fmt: skip
+    assert shared == []
