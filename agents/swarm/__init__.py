@@ -7,29 +7,32 @@ caller provides the NATS server and the coordinator (see DESIGN section 2).
 """
 
 from agents.swarm._config import (
+    DEADLINE_FLOOR,
     DEFAULT_AGENTS,
-    DEFAULT_DEADLINE,
     DEFAULT_STEP_DELAY,
     DEFAULT_STEPS,
     MAX_AGENTS,
+    STEP_MARGIN,
     InvalidSwarmConfig,
     SwarmConfig,
     SwarmError,
     check_settings,
+    default_deadline,
 )
-from agents.swarm._report import AgentReport, SwarmRefusal, SwarmReport
+from agents.swarm._report import AgentReport, SwarmRefusal, SwarmReport, UnreportedAgent
 from agents.swarm._runner import AgentStatus, SwarmRunner
 from agents.swarm._scenario import GOAL, REJECTED_OPTION
 from schemas import AgentResult, Channel2Cycle, Note, Progress, Refusal, Tally
 
 __all__ = [
+    "DEADLINE_FLOOR",
     "DEFAULT_AGENTS",
-    "DEFAULT_DEADLINE",
     "DEFAULT_STEPS",
     "DEFAULT_STEP_DELAY",
     "GOAL",
     "MAX_AGENTS",
     "REJECTED_OPTION",
+    "STEP_MARGIN",
     "AgentReport",
     "AgentResult",
     "AgentStatus",
@@ -44,5 +47,7 @@ __all__ = [
     "SwarmReport",
     "SwarmRunner",
     "Tally",
+    "UnreportedAgent",
     "check_settings",
+    "default_deadline",
 ]

@@ -11,15 +11,17 @@ from agents.swarm._scenario import ADOPTER, MIN_STEPS, agent_name
 from schemas import CtxbusError, Domain, UsageError
 
 __all__ = [
+    "DEADLINE_FLOOR",
     "DEFAULT_AGENTS",
-    "DEFAULT_DEADLINE",
     "DEFAULT_STEPS",
     "DEFAULT_STEP_DELAY",
     "MAX_AGENTS",
+    "STEP_MARGIN",
     "InvalidSwarmConfig",
     "SwarmConfig",
     "SwarmError",
     "check_settings",
+    "default_deadline",
 ]
 
 DEFAULT_AGENTS: Final = 3
@@ -29,7 +31,11 @@ DEFAULT_STEPS: Final = 75
 """Enough for two Channel 2 cycles per agent."""
 DEFAULT_STEP_DELAY: Final = 0.25
 """Seconds the scripted model 'thinks' per step: keeps the live view watchable."""
-DEFAULT_DEADLINE: Final = 300.0
+DEADLINE_FLOOR: Final = 120.0
+"""Seconds a run may take besides its steps: starting the agents, the restart, waiting
+for another agent's commit (up to 20 s) and for the reports (up to 30 s)."""
+STEP_MARGIN: Final = 1.0
+"""Seconds a step may take besides `step_delay`: eight agents on 2 cores take ~0.15 s."""
 
 
 class SwarmError(CtxbusError):
@@ -45,7 +51,14 @@ class InvalidSwarmConfig(SwarmError, UsageError):
         self.message = message
 
 
-def check_settings(*, agents: int, steps: int, step_delay: float, kill_at: int | None) -> None:
+def default_deadline(*, steps: int, step_delay: float) -> float:
+    """Seconds a run of `steps` steps `step_delay` apart may take before it is given up."""
+    return DEADLINE_FLOOR + steps * (step_delay + STEP_MARGIN)
+
+
+def check_settings(
+    *, agents: int, steps: int, step_delay: float, kill_at: int | None, deadline: float | None = None
+) -> None:
     """Check the numbers of a run before anything is started.
 
     :raises InvalidSwarmConfig: naming the flag and the offending value.
@@ -62,6 +75,8 @@ def check_settings(*, agents: int, steps: int, step_delay: float, kill_at: int |
         raise InvalidSwarmConfig("--step-delay", f"must be 0 or more seconds, got {step_delay}")
     if kill_at is not None and not 0 < kill_at < steps:
         raise InvalidSwarmConfig("--kill-at", f"must be between 1 and {steps - 1} (steps - 1), got {kill_at}")
+    if deadline is not None and not 0 < deadline < math.inf:
+        raise InvalidSwarmConfig("--deadline", f"must be more than 0 seconds, got {deadline}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,10 +95,21 @@ class SwarmConfig:
     step_delay: float = DEFAULT_STEP_DELAY
     kill_at: int | None = None
     """Steps the victim completes before its SIGKILL; 40% of `steps` by default."""
-    deadline: float = DEFAULT_DEADLINE
+    deadline: float | None = None
+    """Seconds before the run is given up; `default_deadline` of the steps by default."""
 
     def __post_init__(self) -> None:
-        check_settings(agents=self.agents, steps=self.steps, step_delay=self.step_delay, kill_at=self.kill_at)
+        check_settings(
+            agents=self.agents, steps=self.steps, step_delay=self.step_delay, kill_at=self.kill_at,
+            deadline=self.deadline,
+        )  # fmt: skip
+
+    @property
+    def time_limit(self) -> float:
+        """The deadline in force: the one given, or one that grows with the steps."""
+        if self.deadline is not None:
+            return self.deadline
+        return default_deadline(steps=self.steps, step_delay=self.step_delay)
 
     @property
     def victim(self) -> str:

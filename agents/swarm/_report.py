@@ -19,7 +19,7 @@ from schemas import Channel2Cycle, Refusal, RejectionCode
 if TYPE_CHECKING:  # the runner builds the report from its own status objects
     from agents.swarm._runner import AgentStatus
 
-__all__ = ["AgentReport", "SwarmRefusal", "SwarmReport"]
+__all__ = ["AgentReport", "SwarmRefusal", "SwarmReport", "UnreportedAgent"]
 
 _DELIVERED = "delivered"
 
@@ -60,6 +60,18 @@ class AgentReport(BaseModel):
     unexpected: list[str]
 
 
+class UnreportedAgent(BaseModel):
+    """An agent that never sent its result: how the runner last saw it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    agent: str
+    state: str
+    """What the runner last saw: `failed` once its process exited without a result."""
+    exit_codes: list[int]
+    killed_at: int | None
+
+
 class SwarmRefusal(Refusal):
     """A refused re-adoption of a rejected option, and who attempted it."""
 
@@ -78,6 +90,9 @@ class SwarmReport(BaseModel):
     log_hash: str
     victim: str
     agents: list[AgentReport]
+    """The agents that reported."""
+    unreported: list[UnreportedAgent]
+    """The agents that did not: the invariants are checked on the others only."""
     refusals: list[SwarmRefusal]
     failures: list[str]
     """Broken invariants, in plain words; empty when the run holds."""
@@ -95,10 +110,15 @@ class SwarmReport(BaseModel):
         """Collect the agents' results and judge the run."""
         revision, log_hash = log_state
         failures: list[str] = []
-        agents, refusals = [], []
+        agents, unreported, refusals = [], [], []
         for status in statuses:
             if status.result is None:
                 failures.append(f"{status.name} never reported (exit codes {status.exit_codes}, state {status.state})")
+                unreported.append(
+                    UnreportedAgent(
+                        agent=status.name, state=status.state, exit_codes=status.exit_codes, killed_at=status.killed_at
+                    )
+                )
                 continue
             r, tally = status.result, status.result.tally
             agents.append(
@@ -137,6 +157,7 @@ class SwarmReport(BaseModel):
             log_hash=log_hash,
             victim=config.victim,
             agents=agents,
+            unreported=unreported,
             refusals=refusals,
             failures=failures,
         )

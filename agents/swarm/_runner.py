@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 
 _MAX_LINE: Final = 1 << 20
 _EVENTS_KEPT: Final = 500
+_FINAL: Final = frozenset({"reported", "failed"})
+"""States an agent keeps once the run is over; any other means it was stopped."""
 
 
 @dataclass
@@ -43,7 +45,8 @@ class AgentStatus:
 
     name: str
     state: str = "starting"
-    """starting, running, killed, finished, reported, or failed."""
+    """starting, running, killed, finished, reported, failed, or stopped (the run ended
+    before the agent reported: interrupted or out of time)."""
     pid: int | None = None
     progress: Progress | None = None
     result: AgentResult | None = None
@@ -60,6 +63,9 @@ class SwarmRunner:
         self.config = config
         self.agents = [AgentStatus(agent_name(i)) for i in range(config.agents)]
         self.events: deque[Note] = deque(maxlen=_EVENTS_KEPT)
+        """The latest events; older ones fall off the front."""
+        self.events_seen = 0
+        """Events recorded since the start, those fallen off `events` included."""
         self._processes: dict[str, Process] = {}
         self._agents_dir = config.data_dir / "agents"
 
@@ -75,15 +81,16 @@ class SwarmRunner:
         """
         self._agents_dir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
+        limit = self.config.time_limit
         try:
-            with anyio.fail_after(self.config.deadline):
+            with anyio.fail_after(limit):
                 async with anyio.create_task_group() as tg:
                     for index, status in enumerate(self.agents):
                         tg.start_soon(self._supervise, index, status)
                     state = await self._report_barrier()
         except TimeoutError:
             raise SwarmError(
-                f"the swarm did not finish within {self.config.deadline:.0f}s; agent logs are in {self._agents_dir}"
+                f"the swarm did not finish within {limit:.0f}s (--deadline); agent logs are in {self._agents_dir}"
             ) from None
         finally:
             with anyio.CancelScope(shield=True):
@@ -91,6 +98,9 @@ class SwarmRunner:
                     if process.returncode is None:
                         process.kill()
                         await process.wait()
+            for status in self.agents:
+                if status.state not in _FINAL:
+                    status.state = "stopped"
         return SwarmReport.build(self.config, self.agents, state, elapsed=time.monotonic() - started)
 
     async def _report_barrier(self) -> tuple[int, str]:
@@ -153,7 +163,7 @@ class SwarmRunner:
                     process.kill()
                     self._note(status, f"SIGKILL (pid {process.pid}) after step {event.step}")
             case Note():
-                self.events.append(event)
+                self._record(event)
             case Finished():
                 status.state = "finished"
                 status.finished.set()
@@ -175,4 +185,8 @@ class SwarmRunner:
 
     def _note(self, status: AgentStatus, text: str) -> None:
         step = status.progress.step if status.progress else 0
-        self.events.append(Note(agent=status.name, step=step, text=f"[runner] {text}"))
+        self._record(Note(agent=status.name, step=step, text=f"[runner] {text}"))
+
+    def _record(self, note: Note) -> None:
+        self.events.append(note)
+        self.events_seen += 1

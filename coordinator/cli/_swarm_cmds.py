@@ -10,21 +10,25 @@ from __future__ import annotations
 import shutil
 import tempfile
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
 import anyio
 import typer
+from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from agents.swarm import (
+    DEADLINE_FLOOR,
     DEFAULT_AGENTS,
     DEFAULT_STEP_DELAY,
     DEFAULT_STEPS,
     MAX_AGENTS,
+    STEP_MARGIN,
     InvalidSwarmConfig,
     SwarmConfig,
     SwarmReport,
@@ -48,7 +52,10 @@ swarm_app = typer.Typer(
 app.add_typer(swarm_app, name="swarm", rich_help_panel="Start here")
 
 _BAND_STYLE = {"quiet": "dim", "gentle": "cyan", "firm": "yellow", "urgent": "red", "channel2": "bold magenta"}
-_STATE_STYLE = {"running": "green", "killed": "bold red", "finished": "cyan", "reported": "bold green", "failed": "red"}
+_STATE_STYLE = {
+    "running": "green", "killed": "bold red", "finished": "cyan", "reported": "bold green", "failed": "red",
+    "stopped": "yellow",
+}  # fmt: skip
 
 
 @swarm_app.command("demo")
@@ -63,6 +70,14 @@ def demo(
     kill_at: Annotated[
         int | None,
         typer.Option(metavar="STEP", help="SIGKILL agent-2 after this step.", show_default="40% of --steps"),
+    ] = None,
+    deadline: Annotated[
+        float | None,
+        typer.Option(
+            metavar="SECONDS",
+            help="Give up (exit 1, data kept) if the run is not over by then.",
+            show_default=f"{DEADLINE_FLOOR:.0f} + --steps x (--step-delay + {STEP_MARGIN:g})",
+        ),
     ] = None,
     data_dir: Annotated[
         Path | None,
@@ -102,10 +117,11 @@ def demo(
     constraints still in its pinned layer (looked for outside the brief, which holds
     them too) and agent-1's three in the brief of every prompt. Exit code 0 only if all
     hold, 1 otherwise (with what broke). Takes about half a minute with the defaults;
-    watch it live with `ctxbus top` too.
+    watch it live with `ctxbus top` too. A run is given up after --deadline seconds,
+    which grows with --steps and --step-delay unless given.
     """
     try:
-        check_settings(agents=agents, steps=steps, step_delay=step_delay, kill_at=kill_at)
+        check_settings(agents=agents, steps=steps, step_delay=step_delay, kill_at=kill_at, deadline=deadline)
     except InvalidSwarmConfig as exc:
         raise typer.BadParameter(exc.message, param_hint=exc.option) from None
     if data_dir is not None and any((data_dir / "agents").glob("*.db")):
@@ -113,7 +129,15 @@ def demo(
             f"{data_dir} already holds a swarm run; pass a new or empty directory", param_hint="--data-dir"
         )
     root = data_dir or Path(tempfile.mkdtemp(prefix="ctxbus-swarm-"))
-    report = run_async(_demo, root, agents, steps, step_delay, kill_at, as_json)
+    domain = Domain.parse(f"demo/{uuid.uuid4().hex[:8]}/cache-fix")
+
+    def config_for(url: str) -> SwarmConfig:
+        return SwarmConfig(
+            nats_url=url, domain=domain, data_dir=root,
+            agents=agents, steps=steps, step_delay=step_delay, kill_at=kill_at, deadline=deadline,
+        )  # fmt: skip
+
+    report = run_async(_demo, root, config_for, as_json)
     if report is None:
         errors.print(f"interrupted: every process stopped; agent stores and logs kept in {escape(str(root))}")
         raise typer.Exit(INTERRUPTED)
@@ -129,9 +153,7 @@ def demo(
     raise typer.Exit(0 if report.ok else 1)
 
 
-async def _demo(
-    root: Path, agents: int, steps: int, step_delay: float, kill_at: int | None, quiet: bool
-) -> SwarmReport | None:
+async def _demo(root: Path, config_for: Callable[[str], SwarmConfig], quiet: bool) -> SwarmReport | None:
     """Server, coordinator, swarm; None if SIGINT/SIGTERM stopped the run (cancelling
     the run kills the agent processes; the server is stopped even while it starts)."""
     reports: list[SwarmReport] = []
@@ -145,7 +167,7 @@ async def _demo(
                 with one_error():
                     async with anyio.create_task_group() as tg:
                         await tg.start(Coordinator(client, coordinator_config("swarm-demo")).run)
-                        reports.append(await _swarm(server.url, root, agents, steps, step_delay, kill_at, quiet))
+                        reports.append(await _swarm(config_for(server.url), quiet))
                         tg.cancel_scope.cancel()
             finally:
                 with anyio.CancelScope(shield=True):
@@ -158,48 +180,57 @@ async def _demo(
     return reports[0] if reports else None
 
 
-async def _swarm(
-    url: str, root: Path, agents: int, steps: int, step_delay: float, kill_at: int | None, quiet: bool
-) -> SwarmReport:
-    domain = Domain.parse(f"demo/{uuid.uuid4().hex[:8]}/cache-fix")
-    config = SwarmConfig(
-        nats_url=url, domain=domain, data_dir=root,
-        agents=agents, steps=steps, step_delay=step_delay, kill_at=kill_at,
-    )  # fmt: skip
+async def _swarm(config: SwarmConfig, quiet: bool) -> SwarmReport:
     runner = SwarmRunner(config)
     if quiet:
         return await runner.run()
-    console.print(f"NATS at [bold]{url}[/], data in {escape(str(root))}, task [bold]{domain}[/]")
+    url, domain = config.nats_url, config.domain
+    console.print(f"NATS at [bold]{url}[/], data in {escape(str(config.data_dir))}, task [bold]{domain}[/]")
     console.print(f"[dim]watch from another terminal: ctxbus top -d {domain} --nats {url}[/]")
     return await _watched(runner)
 
 
 async def _watched(runner: SwarmRunner) -> SwarmReport:
-    """Run with a live table; event lines scroll above it as they arrive."""
+    """Run with a live table; event lines scroll above it as they arrive. The last frame
+    is drawn however the run ends, so an interrupted run shows its agents stopped."""
     printed = 0
 
     def refresh(live: Live) -> None:
         nonlocal printed
-        events = list(runner.events)
-        for note in events[printed:]:
-            style = "red" if "[unexpected]" in note.text or "SIGKILL" in note.text else ""
-            live.console.print(Text(f"{note.agent:>8} step {note.step:>3}  {note.text}", style=style))
-        printed = len(events)
+        printed = _print_events(live.console, runner, printed)
         live.update(_live_table(runner))
 
     with Live(_live_table(runner), console=console, refresh_per_second=8, transient=False) as live:
-        async with anyio.create_task_group() as tg:
+        try:
+            async with anyio.create_task_group() as tg:
 
-            async def tick() -> None:
-                while True:
-                    refresh(live)
-                    await anyio.sleep(0.2)
+                async def tick() -> None:
+                    while True:
+                        refresh(live)
+                        await anyio.sleep(0.2)
 
-            tg.start_soon(tick)
-            report = await runner.run()
-            tg.cancel_scope.cancel()
-        refresh(live)
+                tg.start_soon(tick)
+                report = await runner.run()
+                tg.cancel_scope.cancel()
+        finally:
+            refresh(live)
     return report
+
+
+def _print_events(out: Console, runner: SwarmRunner, printed: int) -> int:
+    """Print the events recorded after the first `printed`; returns the new count.
+
+    Counted by `events_seen`, not by position in `events`: once that is full, it stays
+    the same length while events keep coming.
+    """
+    kept = list(runner.events)
+    new = runner.events_seen - printed
+    if new > len(kept):
+        out.print(Text(f"... {new - len(kept)} earlier events not shown", style="dim"))
+    for note in kept[len(kept) - min(new, len(kept)) :]:
+        style = "red" if "[unexpected]" in note.text or "SIGKILL" in note.text else ""
+        out.print(Text(f"{note.agent:>8} step {note.step:>3}  {note.text}", style=style))
+    return runner.events_seen
 
 
 def _live_table(runner: SwarmRunner) -> Table:
@@ -228,12 +259,13 @@ def _print_report(report: SwarmReport) -> None:
     console.print()
     table = Table(title=f"report: {report.domain}, {report.elapsed_s:.0f}s", show_edge=False, title_justify="left")
     columns = ("agent", "prompt", "full history", "saved", "bands reached", "reminders", "ctx_reduce",
-               "ch2 cycles", "ch2 msgs", "brief rev", "brief hash", "starts")  # fmt: skip
+               "ch2 delivered", "ch2 msgs", "brief rev", "brief hash", "starts")  # fmt: skip
     for name in columns:
         table.add_column(name, justify="left" if name in ("agent", "bands reached", "brief hash") else "right")
+    rows: list[tuple[str, list[str | Text]]] = []
     for a in report.agents:
-        delivered = [c.cycle for c in a.channel2_cycles if c.lease == "delivered"]
-        table.add_row(
+        delivered = sum(c.lease == "delivered" for c in a.channel2_cycles)
+        rows.append((a.agent, [
             a.agent,
             f"{a.prompt_tokens:,}",
             f"{a.history_tokens:,}",
@@ -241,20 +273,32 @@ def _print_report(report: SwarmReport) -> None:
             " > ".join(a.bands),
             str(a.reminders),
             f"{a.reduces} ({a.dropped} tags)",
-            ",".join(map(str, delivered)) or "-",
+            str(delivered),
             str(a.channel2_messages),
             str(a.revision),
             a.hash[:12],
             str(a.starts),
-        )
+        ]))  # fmt: skip
+    for u in report.unreported:
+        rows.append((u.agent, [Text(u.agent, style="red"), Text(f"no report ({u.state})", style="red")]))
+    for _, cells in sorted(rows, key=lambda row: _agent_number(row[0])):
+        table.add_row(*cells, *["-"] * (len(columns) - len(cells)))
     console.print(table)
+    reported, everyone = len(report.agents), len(report.agents) + len(report.unreported)
+    scope = "every agent" if not report.unreported else f"every reporting agent ({reported} of {everyone})"
     hashes = {a.hash for a in report.agents}
-    same = "the same on every agent" if len(hashes) == 1 and report.log_hash in hashes else "NOT the same everywhere"
+    if not report.agents:
+        same = "no agent reported"
+    elif len(hashes) == 1 and report.log_hash in hashes:
+        same = f"the same on {scope}"
+    else:
+        same = "NOT the same everywhere"
     console.print(f"brief: rev {report.log_revision}, hash {report.log_hash[:12]}, {same}")
+    only = f" (on the {reported} of {everyone} that reported)" if report.unreported else ""
     if report.agents and not any(a.missing_constraints for a in report.agents):
-        console.print("constraints: each agent's own, as its user stated them, are still pinned in its context")
+        console.print(f"constraints: each agent's own, as its user stated them, are still pinned in its context{only}")
     if report.agents and not any(a.missing_from_brief for a in report.agents):
-        console.print("constraints: the brief in every agent's final prompt still holds agent-1's three")
+        console.print(f"constraints: the brief in every agent's final prompt still holds agent-1's three{only}")
     for r in report.refusals:
         console.print(f"re-adoption refused: {r.agent} proposed {r.option!r}: {r.reason}", markup=False)
     victim = next((a for a in report.agents if a.agent == report.victim), None)
@@ -266,3 +310,8 @@ def _print_report(report: SwarmReport) -> None:
         console.print("[bold green]all invariants hold[/]")
     for failure in report.failures:
         console.print(f"[bold red]FAILED:[/] {escape(failure)}")
+
+
+def _agent_number(name: str) -> int:
+    """`agent-3` -> 3, so rows read in swarm order (agent-10 after agent-9)."""
+    return int(name.rpartition("-")[2])

@@ -1,4 +1,5 @@
-"""`ctxbus swarm demo` end to end: NATS, a coordinator and agent processes, one killed."""
+"""`ctxbus swarm demo` end to end: NATS, a coordinator and agent processes, one killed;
+and what its live view and report draw."""
 
 from __future__ import annotations
 
@@ -10,6 +11,10 @@ from typing import Any
 
 import pytest
 
+from agents.swarm import AgentResult, AgentStatus, Channel2Cycle, Note, SwarmConfig, SwarmReport, SwarmRunner, Tally
+from coordinator.cli._common import console
+from coordinator.cli._swarm_cmds import _print_events, _print_report
+from schemas import Domain
 from tests.cli._procs import READ_TIMEOUT, Command
 
 
@@ -72,6 +77,7 @@ def test_demo_report_holds_every_invariant(tmp_path: Path) -> None:
         (["--agents", "0"], ["--agents", "between 2 and 8, got 0"]),
         (["--steps", "5"], ["--steps", "at least 40, got 5"]),
         (["--kill-at", "75"], ["--kill-at", "between 1 and 74"]),
+        (["--deadline", "0"], ["--deadline", "more than 0 seconds, got 0.0"]),
     ],
 )
 def test_bad_arguments_fail_fast_with_a_clear_message(args: list[str], words: list[str], tmp_path: Path) -> None:
@@ -93,10 +99,12 @@ def test_ctrl_c_stops_every_process_keeps_the_data_and_a_new_run_there_is_refuse
         assert _processes_using(data), "the agents and the NATS server should be running"
         demo.children()
         demo.proc.send_signal(signal.SIGINT)
-        _, err = demo.finish()
+        out, err = demo.finish()
         assert demo.proc.returncode == 130, err
         assert f"kept in {data}" in err
         assert _processes_using(data) == [] and demo.orphans() == []  # checked before the cleanup kills
+    rows = [line.split("│") for line in out.splitlines() if "│" in line]  # the table, not the event lines
+    assert [row[1].strip() for row in rows[-3:]] == ["stopped"] * 3, out
     assert sorted(p.name for p in (data / "agents").glob("*.db")) == ["agent-1.db", "agent-2.db", "agent-3.db"]
 
     # That directory holds a run now: a second demo there is refused before it starts anything.
@@ -106,6 +114,68 @@ def test_ctrl_c_stops_every_process_keeps_the_data_and_a_new_run_there_is_refuse
     assert "--data-dir" in err and f"{data} already holds a swarm run; pass a new or empty directory" in err
     assert "Traceback" not in err and out == ""
     assert sorted(p.relative_to(data) for p in data.rglob("*")) == kept, "nothing was written there"
+
+
+@pytest.mark.timeout(60)
+def test_a_run_past_its_deadline_is_given_up_and_its_data_kept(tmp_path: Path) -> None:
+    code, out, err = _demo(
+        "-n", "2", "--steps", "40", "--step-delay", "1", "--deadline", "2", "--json", tmp_path=tmp_path
+    )
+    assert code == 1 and out == "", err
+    assert "the swarm did not finish within 2s (--deadline); agent logs are in " in err
+    logs = Path(err.rsplit("agent logs are in ", 1)[1].split()[0])
+    assert sorted(p.name for p in logs.glob("*.db")) == ["agent-1.db", "agent-2.db"]
+
+
+CONFIG = SwarmConfig(nats_url="nats://127.0.0.1:1", domain=Domain.parse("t/s/swarm"), data_dir=Path("/nowhere"))
+
+
+def test_the_live_view_prints_every_event_even_once_the_runner_keeps_only_the_latest() -> None:
+    runner, printed, sent = SwarmRunner(CONFIG), 0, 0
+    with console.capture() as capture:
+        for burst in (300, 300, 300, 700):  # the runner keeps 500; a frame is drawn after each burst
+            for _ in range(burst):
+                runner._record(Note(agent="agent-1", step=1, text=f"event #{sent}"))
+                sent += 1
+            printed = _print_events(console, runner, printed)
+    lines = capture.get().splitlines()
+    assert lines[:900] == [f" agent-1 step   1  event #{i}" for i in range(900)]
+    assert lines[900:] == ["... 200 earlier events not shown"] + [
+        f" agent-1 step   1  event #{i}" for i in range(1100, 1600)
+    ]
+
+
+def _reported(name: str) -> AgentStatus:
+    result = AgentResult(
+        agent=name,
+        tally=Tally(step=CONFIG.steps, starts=1, bands=["quiet", "channel2"]),
+        prompt_tokens=50_000,
+        history_tokens=230_000,
+        synthetic_messages=1,
+        cycles=[Channel2Cycle(cycle=0, lease="delivered", in_host=True)],
+        missing_constraints=[],
+        revision=15,
+        hash="ab" * 32,
+    )
+    return AgentStatus(name, state="reported", result=result)
+
+
+def test_the_report_has_a_row_for_an_agent_that_never_reported_and_says_who_agrees(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(console, "width", 300)  # the whole table, not the 80 columns of a pipe
+    statuses = [_reported("agent-1"), AgentStatus("agent-2", state="failed", exit_codes=[1]), _reported("agent-3")]
+    report = SwarmReport.build(CONFIG, statuses, (15, "ab" * 32), elapsed=1.0)
+    with console.capture() as capture:
+        _print_report(report)
+    text = capture.get()
+    rows = [line.split("│") for line in text.splitlines() if line.startswith(" agent-")]
+    assert [row[0].strip() for row in rows] == ["agent-1", "agent-2", "agent-3"]
+    assert rows[1][1].strip() == "no report (failed)"
+    header = [cell.strip() for cell in next(line for line in text.splitlines() if "ch2 msgs" in line).split("┃")]
+    delivered, messages = header.index("ch2 delivered"), header.index("ch2 msgs")
+    assert [(row[delivered].strip(), row[messages].strip()) for row in (rows[0], rows[2])] == [("1", "1")] * 2
+    assert "brief: rev 15, hash abababababab, the same on every reporting agent (2 of 3)" in text
 
 
 def _processes_using(path: Path) -> list[str]:

@@ -25,7 +25,7 @@ def _demo(*args: str, tmp_path: Path) -> tuple[str, str]:
 @pytest.mark.timeout(120)
 def test_a_clean_run_in_a_temp_dir_reports_it_removed_and_a_given_dir_kept(tmp_path: Path) -> None:
     removed = json.loads(_demo("--json", tmp_path=tmp_path)[0])
-    assert removed["ok"] is True
+    assert removed["ok"] is True and removed["unreported"] == []
     assert removed["data_kept"] is False and not Path(removed["data_dir"]).exists()
 
     out, _ = _demo(tmp_path=tmp_path)

@@ -15,6 +15,7 @@ from agents.swarm import (
     SwarmConfig,
     SwarmReport,
     Tally,
+    UnreportedAgent,
 )
 from schemas import Domain
 
@@ -90,6 +91,16 @@ def test_no_channel2_no_refusal_no_restart_and_a_silent_agent_all_fail() -> None
     assert "no agent reached Channel 2" in failures
     assert "nobody was refused when re-adopting the rejected option" in failures
     assert "agent-2 was not killed and resumed from its store" in failures
+
+
+def test_an_agent_that_never_reported_is_listed_with_how_it_was_last_seen() -> None:
+    crashed = AgentStatus("agent-2", state="failed", exit_codes=[-9, 1], killed_at=30)
+    report = SwarmReport.build(CONFIG, [_status("agent-1"), crashed], (15, HASH), elapsed=1.0)
+    assert [a.agent for a in report.agents] == ["agent-1"]
+    assert report.unreported == [UnreportedAgent(agent="agent-2", state="failed", exit_codes=[-9, 1], killed_at=30)]
+    assert report.model_dump(mode="json")["unreported"] == [
+        {"agent": "agent-2", "state": "failed", "exit_codes": [-9, 1], "killed_at": 30}
+    ]
 
 
 @pytest.mark.parametrize(
