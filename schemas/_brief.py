@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from functools import cached_property
 from typing import Annotated, Any, Final, Literal, Self, TypeAlias
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, StringConstraints
 
 from schemas._domain import Domain
 from schemas._errors import UsageError
@@ -86,30 +86,21 @@ def normalize(text: str) -> str:
     whitespace become one space, with none beside punctuation (`'a + b'` is `'a+b'`).
     ASCII text, the usual case, skips the Unicode steps: they cannot change it.
     """
-    if not text.isascii():
-        text = unicodedata.normalize("NFKC", text)
-        text = "".join(char for char in text if unicodedata.category(char) != "Cf")
-        text = unicodedata.normalize("NFKC", text.casefold())  # folding can leave other forms
-    return " ".join(_SPACE_BY_PUNCTUATION.sub("", text.casefold()).split())
+    if text.isascii():
+        return " ".join(_SPACE_BY_PUNCTUATION.sub("", text.lower()).split())
+    text = unicodedata.normalize("NFKC", text)
+    text = "".join(char for char in text if unicodedata.category(char) != "Cf")
+    text = " ".join(_SPACE_BY_PUNCTUATION.sub("", text.casefold()).split())
+    # Folding and dropped spaces can leave a form NFKC would compose (a mark after a
+    # space that is gone): once more, so that normalizing is idempotent.
+    return unicodedata.normalize("NFKC", text)
 
 
 _SPACE_BY_PUNCTUATION: Final = re.compile(r"\s+(?=[^\w\s])|(?<=[^\w\s])\s+")
 
 
-def _visible(text: str) -> str:
-    # Printable ASCII, stripped and non-empty, shows something: the usual case skips
-    # `normalize`, which every text of every commit would otherwise pay for again.
-    if not (text.isascii() and text.isprintable()) and not normalize(text):
-        raise ValueError("has no visible characters")
-    return text
-
-
-Text: TypeAlias = Annotated[
-    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=TEXT_MAX), AfterValidator(_visible)
-]
-Option: TypeAlias = Annotated[
-    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=OPTION_MAX), AfterValidator(_visible)
-]
+Text: TypeAlias = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=TEXT_MAX)]
+Option: TypeAlias = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=OPTION_MAX)]
 # A reason may be blank at the schema level so that the rules, not pydantic, refuse a
 # missing one: the proposer then gets `missing_reason` and a sentence, not a schema error.
 Reason: TypeAlias = Annotated[str, StringConstraints(strip_whitespace=True, max_length=REASON_MAX)]

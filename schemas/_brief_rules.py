@@ -117,9 +117,15 @@ def apply(brief: TaskBrief, commit: Commit) -> TaskBrief:
 
     A commit at or below the brief's revision was applied already and changes nothing,
     so a replica may replay from any point before its revision. A commit whose key is
-    already remembered, or that breaks a rule (which only a faulty writer can cause),
-    advances the revision and nothing else: every replica still agrees, and the log
-    stays the one source of truth.
+    already remembered, or that cannot take effect (a closed domain, an item that is not
+    there: only a faulty writer can cause it), advances the revision and nothing else:
+    every replica still agrees, and the log stays the one source of truth.
+
+    The policy rules (duplicates, a rejected option adopted, a missing reason) are the
+    coordinator's, at proposal time, and are not judged again here: they compare texts
+    in `normalize`'s form, which a later version may refine and another Python's Unicode
+    tables may differ in. A replica judging them again could turn a commit another
+    replica applied into a no-op, and the two would diverge.
 
     :raises ReplayError: if the commit is of another domain or would leave a gap.
     """
@@ -134,10 +140,25 @@ def apply(brief: TaskBrief, commit: Commit) -> TaskBrief:
         )
     if (
         applied_revision(brief, commit.author, commit.key) is not None
-        or (_closed(brief) or _check(brief, commit.op)) is not None
+        or _closed(brief) is not None
+        or not _takes_effect(brief, commit.op)
     ):
         return brief.model_copy(update={"revision": commit.revision})
     return apply_accepted(brief, commit)
+
+
+def _takes_effect(brief: TaskBrief, op: BriefOp) -> bool:
+    """Whether the items `op` works on are there for it: what `_effect` relies on."""
+    match op:
+        case Complete(item_id=item_id):
+            return _find(brief.pending, item_id) is not None
+        case AddDecision(supersedes=str() as supersedes):
+            old = _find(brief.decisions, supersedes)
+            return old is not None and old.superseded_by is None
+        case FoldDone(item_ids=item_ids):
+            return _check_fold(brief, item_ids) is None
+        case _:
+            return True
 
 
 def apply_accepted(brief: TaskBrief, commit: Commit) -> TaskBrief:
@@ -176,6 +197,9 @@ def _check_base(brief: TaskBrief, base: int | None) -> Rejection | None:
 
 
 def _check(brief: TaskBrief, op: BriefOp) -> Rejection | None:
+    blank = _invisible_field(op)
+    if blank is not None:
+        return _no(Code.INVALID_OP, f"{blank} has no visible characters")
     match op:
         case SetGoal(text=text):
             if brief.goal is not None and brief.goal.norm == normalize(text):
@@ -209,6 +233,20 @@ def _check(brief: TaskBrief, op: BriefOp) -> Rejection | None:
             return _check_fold(brief, item_ids)
         case _:
             assert_never(op)
+
+
+def _invisible_field(op: BriefOp) -> str | None:
+    """The text field of `op` that shows nothing (zero-width or control characters only).
+
+    A proposal-time rule, not a schema constraint: a schema constraint would also refuse
+    entries an earlier version stored, and a replica that cannot read one entry of the
+    log cannot read past it.
+    """
+    for name in ("text", "option"):
+        value = getattr(op, name, None)
+        if isinstance(value, str) and not (value.isascii() and value.isprintable()) and not normalize(value):
+            return name
+    return None
 
 
 def _check_new(kind: str, brief: TaskBrief, field: ItemField, text: str) -> Rejection | None:

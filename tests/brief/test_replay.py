@@ -31,7 +31,7 @@ from schemas._brief_ops import (
     ResolveBlocker,
     SetGoal,
 )
-from schemas._brief_rules import ReplayError, applied_revision, apply, triage
+from schemas._brief_rules import ReplayError, applied_revision, apply, apply_accepted, triage, validate
 from schemas._brief_snapshot import BriefSnapshot
 from tests.brief.helpers import DOMAIN, OTHER, accept, seeded, words
 
@@ -62,12 +62,29 @@ def test_commit_of_another_domain_is_refused() -> None:
 
 
 @pytest.mark.parametrize(
-    "op", [AddNote(text="targets are in issue 5"), Complete(item_id="p999")], ids=["duplicate", "unknown"]
+    "op",
+    [
+        Complete(item_id="p999"),
+        AddDecision(option="anything", supersedes="d999"),
+        FoldDone(item_ids=("p999",)),
+    ],
+    ids=["complete_unknown", "supersede_unknown", "fold_unknown"],
 )
-def test_commit_breaking_a_rule_only_advances_the_revision(op: BriefOp) -> None:
+def test_commit_that_cannot_take_effect_only_advances_the_revision(op: BriefOp) -> None:
     brief = seeded()
     after = apply(brief, _commit(brief, op))
     assert after == brief.model_copy(update={"revision": brief.revision + 1})
+
+
+def test_a_policy_rule_is_not_judged_again_on_replay() -> None:
+    """Duplicates and rejected options compare normalized texts, which versions (and
+    Python's Unicode tables) may judge differently: the commit stands as written."""
+    brief = seeded()
+    rejected = brief.rejected[0].option
+    for op in (AddNote(text=brief.notes[0].text), AddDecision(option=rejected)):
+        assert validate(brief, op) is not None
+        after = apply(brief, _commit(brief, op))
+        assert after == apply_accepted(brief, _commit(brief, op)) and after.revision == brief.revision + 1
 
 
 def test_commit_with_a_remembered_key_only_advances_the_revision() -> None:

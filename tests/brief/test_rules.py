@@ -8,9 +8,21 @@ from typing import get_args
 
 import msgpack
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from schemas import Domain
-from schemas._brief import KEYS_PER_AUTHOR, KEYS_REMEMBERED, TEXT_MAX, Closure, DoneSummary, Item, TaskBrief, brief_hash
+from schemas._brief import (
+    KEYS_PER_AUTHOR,
+    KEYS_REMEMBERED,
+    TEXT_MAX,
+    Closure,
+    DoneSummary,
+    Item,
+    TaskBrief,
+    brief_hash,
+    normalize,
+)
 from schemas._brief_messages import (
     Committed,
     Proposal,
@@ -213,10 +225,18 @@ def test_an_invisible_reason_is_no_reason(invisible: str) -> None:
 
 @pytest.mark.parametrize("invisible", ["\u200b", "\x1c", "\u200b \ufeff"])
 def test_an_item_must_have_visible_text(invisible: str) -> None:
-    with pytest.raises(ValueError, match="no visible characters"):
-        AddPending(text=invisible)
-    with pytest.raises(ValueError, match="no visible characters"):
-        Reject(option=invisible, reason="r")
+    for op, field in ((AddPending(text=invisible), "text"), (Reject(option=invisible, reason="r"), "option")):
+        refusal = validate(seeded(), _proposal(op))
+        assert isinstance(refusal, Rejection) and refusal.code is RejectionCode.INVALID_OP
+        assert refusal.reason == f"{field} has no visible characters"
+
+
+def test_an_invisible_text_an_earlier_version_stored_still_loads() -> None:
+    """A schema constraint would make a log entry written before it unreadable, and a
+    replica that cannot read one entry cannot read past it."""
+    op = AddNote(text="\u200b")
+    proposal = Proposal.model_validate({"domain": str(DOMAIN), "author": "a", "op": op.model_dump(), "key": "k"})
+    assert proposal.op == op
 
 
 # --- every rejection code ---------------------------------------------------------------
@@ -551,3 +571,13 @@ def test_copies_built_on_one_brief_judge_duplicates_by_their_own_items() -> None
     assert [says(theirs, t) for t in ("shared", "mine", "theirs", "mine again")] == [True, False, True, False]
     assert [says(base, t) for t in ("shared", "mine", "theirs", "mine again")] == [True, False, False, False]
     assert [says(after_mine, t) for t in ("shared", "mine", "theirs", "mine again")] == [True, True, False, True]
+
+
+@settings(max_examples=2_000, deadline=None)
+@given(st.text(alphabet=st.characters(codec="utf-8"), max_size=20))
+def test_normalizing_twice_changes_nothing(text: str) -> None:
+    assert normalize(normalize(text)) == normalize(text)
+
+
+def test_a_mark_left_after_a_dropped_space_is_composed() -> None:
+    assert normalize("a\u2002\u0300H") == normalize("\u00e0h")
