@@ -6,9 +6,11 @@ The aim is to be heard without nagging:
 - the same band fires again only as a calm one-liner, and only once U has grown by
   `refire_growth(T)` since the last reminder and the user has spoken at least
   `REFIRE_MIN_USER_TURNS` times (a long autonomous run is not a reason to repeat);
-- a fall to a lower band is recorded silently; climbing back to a band already
-  announced is the same band firing again, so a tail that flaps across a boundary is
-  not told twice in full;
+- a fall to a lower band is recorded silently, and the re-fire cadence then counts
+  from the lower of the last reminder's U and U at the fall; climbing back to a band
+  already announced is the same band firing again (at most the calm re-fire), so a
+  tail that flaps across a boundary is not told twice in full, while one that fell
+  far (a compaction) and regrew is told again;
 - a quiet band resets everything but a running grace, so the next band speaks in full;
 - after ctx_reduce the agent has just complied: stay quiet until U regrows by the
   same cadence above its post-reduce value, or the band climbs above the one seen
@@ -119,7 +121,11 @@ def decide(state: Channel1State, u: int, t: int, *, user_turn: int) -> Channel1D
         state = state.model_copy(update={"grace": None, "last_u": baseline, "announced": announced})
 
     if band.rank < state.level.rank:
-        return Channel1Decision(Verdict.DOWNGRADE, band, state.model_copy(update={"level": band}))
+        # Growth counts from the low point: a tail that fell far (a compaction) and
+        # regrew past the cadence hears the band again, though U is still below the
+        # last reminder's. A small flap across a boundary barely lowers it.
+        fell = {"level": band, "last_u": min(state.last_u, u)}
+        return Channel1Decision(Verdict.DOWNGRADE, band, state.model_copy(update=fell))
 
     if band.rank > state.announced.rank:
         rise = {"level": band, "announced": band, "last_u": u, "last_fire_turn": user_turn}

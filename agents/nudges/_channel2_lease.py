@@ -15,7 +15,9 @@ the agent id did: an agent started on a fresh store counts its cycles from 0 aga
 meets the delivered values its earlier store left. So a caller that has no record of
 the cycle being done asks its host, and if the host lacks the directive, claims the
 delivered value and sends as from pending. Processes sharing a host see it there and
-stop at `ALREADY`: one send per conversation and cycle still holds.
+stop at `ALREADY`: one send per conversation and cycle still holds. If that send fails,
+is cancelled or is given up, the claim goes back as the delivered value it was taken
+from, with the delivered TTL: a delivered cycle is never re-armed.
 
 A TTL cannot tell whether a dead sender died before or after its message left. So the
 message carries a directive id derived from domain, agent and cycle, and the host is
@@ -103,7 +105,8 @@ class DeliveryOutcome(StrEnum):
     BUSY = "busy"
     """Another process holds the claim, or this one gave it back unsent; try later."""
     FAILED = "failed"
-    """The host raised; nothing was sent and any claim of ours is back to pending."""
+    """The host raised; nothing was sent and any claim of ours is given back (to
+    pending, or to delivered if it was taken from delivered)."""
 
 
 _DONE: Final = frozenset({DeliveryOutcome.SENT, DeliveryOutcome.RECOVERED, DeliveryOutcome.ALREADY})
@@ -251,23 +254,28 @@ class Channel2Lease:
         claim = await self._claim(cycle, view)
         if claim is None:
             return await self._view(cycle)
-        return await self._send(claim, self._message(cycle, text), claimed_at)
+        # A claim taken from delivered (a host that lacks the directive) goes back as
+        # that delivered value if unsent: a delivered cycle is never re-armed.
+        delivered = view.record if view.state is DirectiveState.DELIVERED else None
+        return await self._send(claim, self._message(cycle, text), claimed_at, delivered)
 
-    async def _send(self, claim: Lease, message: SyntheticMessage, claimed_at: float) -> Delivery:
+    async def _send(
+        self, claim: Lease, message: SyntheticMessage, claimed_at: float, delivered: LeaseRecord | None
+    ) -> Delivery:
         try:
             recovered = await self._host.already_delivered(message.directive_id)
             if not recovered:
                 if time.monotonic() - claimed_at > SEND_WINDOW * self.config.claim_ttl:
                     log.warning("channel 2 claim on %s aged before sending; handing it back", claim.key)
-                    await self._unclaim(claim, message)
+                    await self._unclaim(claim, message, delivered)
                     return self._result(message.cycle, DeliveryOutcome.BUSY)
                 await self._host.deliver(message)
         except Exception as exc:  # noqa: BLE001 - the host may raise anything by contract
-            await self._unclaim(claim, message)
+            await self._unclaim(claim, message, delivered)
             return self._result(message.cycle, DeliveryOutcome.FAILED, error=exc)
         except BaseException:
             with anyio.CancelScope(shield=True), anyio.move_on_after(UNCLAIM_TIMEOUT):
-                await self._unclaim(claim, message)
+                await self._unclaim(claim, message, delivered)
             raise
         outcome = DeliveryOutcome.RECOVERED if recovered else DeliveryOutcome.SENT
         return await self._confirm(claim, message, outcome)
@@ -344,11 +352,15 @@ class Channel2Lease:
         except CasConflict:
             return None
 
-    async def _unclaim(self, claim: Lease, message: SyntheticMessage) -> None:
-        """Back to pending; if that fails the claim simply expires."""
-        record = self._record(DirectiveState.PENDING, message.cycle)
+    async def _unclaim(self, claim: Lease, message: SyntheticMessage, delivered: LeaseRecord | None) -> None:
+        """Back to pending, or to `delivered` (the value the claim was taken from) with
+        the delivered TTL; if that fails the claim simply expires."""
+        if delivered is not None:
+            record, ttl = delivered, self.config.delivered_ttl
+        else:
+            record, ttl = self._record(DirectiveState.PENDING, message.cycle), self.config.claim_ttl
         try:
-            await self._leases.transition(claim.key, claim.revision, record, ttl=self.config.claim_ttl)
+            await self._leases.transition(claim.key, claim.revision, record, ttl=ttl)
         except BusError as exc:  # CasConflict included: the claim is gone already
             log.info("channel 2 claim on %s not handed back (%r); it will expire", claim.key, exc)
 

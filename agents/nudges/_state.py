@@ -61,7 +61,8 @@ class Channel1State(BaseModel):
     flapping across a band boundary does not. Defaults to `level`, which is what it
     was before this field existed."""
     last_u: int = Field(default=0, ge=0)
-    """U when the last reminder fired, or what a reduce left: the base of the re-fire cadence."""
+    """U when the last reminder fired, what a reduce left, or U at a fall below that: the
+    base of the re-fire cadence."""
     last_fire_turn: int | None = Field(default=None, ge=0)
     """Real user turn count when the last reminder fired."""
     grace: PostReduceGrace | None = None

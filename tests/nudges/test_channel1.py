@@ -103,21 +103,22 @@ def test_downgrade_is_silent_and_only_a_band_above_the_announced_one_speaks_in_f
     state = fired_at(Band.FIRM, 85_000)
     down = decide(state, 50_000, T, user_turn=1)
     assert down.verdict is Verdict.DOWNGRADE and not down.fire
-    assert down.state == Channel1State(level=Band.GENTLE, announced=Band.FIRM, last_u=85_000, last_fire_turn=0)
+    assert down.state == Channel1State(level=Band.GENTLE, announced=Band.FIRM, last_u=50_000, last_fire_turn=0)
     assert decide(down.state, 125_000, T, user_turn=1).verdict is Verdict.RISE
 
 
 @pytest.mark.parametrize(
     ("u", "turn", "verdict"),
     [
-        (109_999, 9, Verdict.CADENCE),  # 24,999 above the firm reminder's 85k
-        (110_000, 4, Verdict.TURNS),
-        (110_000, 5, Verdict.REFIRE),
+        (84_999, 9, Verdict.CADENCE),  # 24,999 above the 60k of the fall
+        (85_000, 4, Verdict.TURNS),
+        (85_000, 5, Verdict.REFIRE),
     ],
 )
 def test_climbing_back_to_the_announced_band_is_a_calm_refire(u: int, turn: int, verdict: Verdict) -> None:
-    """firm -> gentle -> firm: the second firm is the same band firing again, not a rise."""
-    down = decide(fired_at(Band.FIRM, 85_000), 50_000, T, user_turn=1).state
+    """firm -> gentle -> firm: the second firm is the same band firing again, not a rise;
+    its cadence counts from U at the fall (60k), not from the firm reminder's 90k."""
+    down = decide(fired_at(Band.FIRM, 90_000), 60_000, T, user_turn=1).state
     decision = decide(down, u, T, user_turn=turn)
     assert decision.verdict is verdict
     assert decision.state.level is Band.FIRM and decision.state.announced is Band.FIRM
@@ -131,13 +132,31 @@ def test_a_tail_flapping_across_a_boundary_hears_the_band_once() -> None:
     assert [d.verdict for d in decisions] == [Verdict.RISE, Verdict.DOWNGRADE, Verdict.CADENCE, Verdict.CADENCE]
 
 
-def _walk(steps: list[tuple[int, int]]) -> list[Channel1Decision]:
-    """Feed (U, T) steps through `decide` at user turn 0, carrying the state along."""
+def _walk(steps: list[tuple[int, int]], *, turns_each: int = 0) -> list[Channel1Decision]:
+    """Feed (U, T) steps through `decide`, `turns_each` user turns apart, carrying the state along."""
     state, decisions = Channel1State(), []
-    for u, t in steps:
-        decisions.append(decide(state, u, t, user_turn=0))
+    for step, (u, t) in enumerate(steps):
+        decisions.append(decide(state, u, t, user_turn=step * turns_each))
         state = decisions[-1].state
     return decisions
+
+
+def test_regrowth_after_a_fall_counts_from_the_low_point() -> None:
+    """urgent at 65k, a compaction takes U to 25k (gentle), U regrows: with 85k
+    reclaimable the agent is told again, though U never passes 65k + 25k."""
+    steps = [(65_000, 100_000), (25_000, 70_000), (50_000, 80_000), (60_000, 95_000), (80_000, 110_000)]
+    decisions = _walk([*steps, (85_000, 118_000)], turns_each=6)
+    assert [d.band for d in decisions] == [Band.URGENT, Band.GENTLE, *[Band.URGENT] * 4]
+    assert [d.verdict for d in decisions] == [
+        Verdict.RISE,
+        Verdict.DOWNGRADE,
+        Verdict.REFIRE,  # 25k above the 25k of the fall; urgent was announced, so calm
+        Verdict.CADENCE,
+        Verdict.REFIRE,  # 30k above the 50k re-fire
+        Verdict.CADENCE,
+    ]
+    assert decisions[1].state.last_u == 25_000
+    assert all(d.calm for d in decisions[2:] if d.fire)
 
 
 def test_quiet_resets_everything() -> None:
@@ -264,7 +283,7 @@ def test_the_announced_band_survives_a_restart(tmp_path: Path) -> None:
     path = tmp_path / "agent.sqlite"
     first = Channel1(SqliteNudgeStateStore(path))
     first.after_tool_call("bash", measure_of(85_000, T), user_turn=0)
-    first.after_tool_call("bash", measure_of(50_000, T), user_turn=0)  # down to gentle, silently
+    first.after_tool_call("bash", measure_of(70_000, T), user_turn=0)  # down to gentle, silently
 
     restarted = Channel1(SqliteNudgeStateStore(path))
     assert (restarted.state.level, restarted.state.announced) == (Band.GENTLE, Band.FIRM)

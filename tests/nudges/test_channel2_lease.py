@@ -145,6 +145,74 @@ async def test_a_host_that_lacks_a_delivered_directive_still_gets_it_once(leases
     assert (await lease_for(leases, new_host, domain).inspect(0)).state is DirectiveState.DELIVERED
 
 
+async def _stored_ttl(nats_client: Client, lease: Channel2Lease, cycle: int) -> str | None:
+    """The TTL header the server holds for the cycle's current value."""
+    stored = await nats_client.jetstream().get_msg(
+        f"KV_{LEASE_BUCKET}", subject=f"$KV.{LEASE_BUCKET}.{lease.key(cycle)}"
+    )
+    return (stored.headers or {}).get("Nats-TTL")
+
+
+async def _delivered_by_old_host(leases: Leases, domain: Domain) -> LeaseRecord | None:
+    old = lease_for(leases, Host(), domain, holder="old")
+    assert (await old.deliver(0, text="x")).outcome is DeliveryOutcome.SENT
+    return (await old.inspect(0)).record
+
+
+async def _assert_still_delivered(nats_client: Client, lease: Channel2Lease, record: LeaseRecord | None) -> None:
+    """The old delivered value is back, with the delivered TTL, not pending with the claim TTL."""
+    view = await lease.inspect(0)
+    assert (view.state, view.record) == (DirectiveState.DELIVERED, record)
+    assert await _stored_ttl(nats_client, lease, 0) == f"{int(DEFAULT_DELIVERED_TTL)}s"
+
+
+async def test_a_failed_resend_to_a_host_that_lacks_the_directive_leaves_the_cycle_delivered(
+    leases: Leases, domain: Domain, nats_client: Client
+) -> None:
+    delivered = await _delivered_by_old_host(leases, domain)
+    new_host = Host(failures=1)
+    lease = lease_for(leases, new_host, domain, holder="new")
+    failed = await lease.deliver(0, text="y")
+    assert (failed.outcome, type(failed.error)) == (DeliveryOutcome.FAILED, ConnectionError)
+    await _assert_still_delivered(nats_client, lease, delivered)
+    again = await lease.deliver(0, text="y")
+    assert (again.outcome, again.confirmed) == (DeliveryOutcome.SENT, True)
+    assert [m.text for m in new_host.sent] == ["y"]
+    assert (await lease.deliver(0, text="y")).outcome is DeliveryOutcome.ALREADY
+
+
+async def test_a_cancelled_resend_to_a_host_that_lacks_the_directive_leaves_the_cycle_delivered(
+    leases: Leases, domain: Domain, nats_client: Client
+) -> None:
+    delivered = await _delivered_by_old_host(leases, domain)
+    new_host = Host()
+    new_host.hold = anyio.sleep_forever
+    lease = lease_for(leases, new_host, domain, holder="new")
+    with anyio.fail_after(EXPIRY_WAIT):  # hang guard
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: lease.deliver(0, text="y"))
+            await new_host.entered.wait()  # claimed from delivered, and the host is sending
+            assert (await lease.inspect(0)).state is DirectiveState.CLAIMED
+            tg.cancel_scope.cancel()
+    await _assert_still_delivered(nats_client, lease, delivered)
+    new_host.hold = None
+    assert (await lease.deliver(0, text="y")).outcome is DeliveryOutcome.SENT
+    assert len(new_host.sent) == 1
+
+
+async def test_an_aged_resend_to_a_host_that_lacks_the_directive_leaves_the_cycle_delivered(
+    leases: Leases, domain: Domain, nats_client: Client
+) -> None:
+    ttl = 4.0
+    delivered = await _delivered_by_old_host(leases, domain)
+    new_host = Host()
+    new_host.check_delay = SEND_WINDOW * ttl + 0.2  # see test_a_claim_that_aged_before_sending_is_given_back_unsent
+    lease = lease_for(leases, new_host, domain, ttl=ttl, holder="new")
+    assert (await lease.deliver(0, text="y")).outcome is DeliveryOutcome.BUSY
+    assert new_host.sent == []
+    await _assert_still_delivered(nats_client, lease, delivered)
+
+
 async def test_processes_sharing_a_fresh_host_resend_a_delivered_cycle_once(leases: Leases, domain: Domain) -> None:
     await lease_for(leases, Host(), domain, holder="old").deliver(3, text="x")
     await _sixteen_send_once(leases, Host(), domain, cycle=3)
