@@ -243,20 +243,30 @@ def _snippet(text: str, terms: Sequence[str]) -> str:
     text lacks the index's splits), and it runs across lines. The scan stops at the first
     line holding every term, and reads at most `_SNIPPET_SCAN_CHARS`.
     """
-    pattern = re.compile("|".join(_term_pattern(term) for term in terms), re.IGNORECASE)
+    # One search per term: `finditer` on an alternation skips overlapping matches, so a
+    # line holding "数据库" would count "数据" but not "据库".
+    patterns = [re.compile(_term_pattern(term), re.IGNORECASE) for term in terms]
     best, most = "", 0
     for line in text[:_SNIPPET_SCAN_CHARS].splitlines():
-        found = len({match.group().casefold() for match in pattern.finditer(line)})
+        found = sum(1 for term in patterns if term.search(line))
         if found > most:
             best, most = line, found
             if most == len(terms):
                 break
     if not most:  # matched by the index alone (diacritics folded): show where it starts
         return clip(" ".join(text[:_SNIPPET_SCAN_CHARS].split()), _SNIPPET_AFTER)
-    first = pattern.search(best)
+    first = re.compile("|".join(term.pattern for term in patterns), re.IGNORECASE).search(best)
     assert first is not None
-    start = best.rfind(" ", 0, max(0, first.start() - _SNIPPET_BEFORE)) + 1
-    window = clip(best[start:].strip(), _SNIPPET_BEFORE + _SNIPPET_AFTER)
+    # Start at a space a little before the match; where the line has none near it (CJK
+    # text, minified JSON), cut mid-word rather than at the line's start.
+    lo = max(0, first.start() - _SNIPPET_BEFORE)
+    space = best.rfind(" ", max(0, lo - _SNIPPET_BEFORE), lo)
+    start = space + 1 if space >= 0 else lo
+    limit = _SNIPPET_BEFORE + _SNIPPET_AFTER
+    window = clip(best[start:].strip(), limit)
+    head = best[start : first.end()].lstrip()
+    if window.endswith("…") and len(window) - 1 < len(head):  # the cut fell before the match's end
+        window = head + clip(best[first.end() :].rstrip(), max(1, limit - len(head)))
     return ("…" if start > 0 else "") + _mark(window, terms)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agents.context import ExtractiveSummarizer
-from agents.context._archive import error_lines
+from agents.context._archive import _snippet, error_lines
 from schemas import UsageError
 from tests.context.conftest import MakeContext
 
@@ -125,3 +125,19 @@ def test_a_snippet_is_the_line_holding_most_of_the_query(make_ctx: MakeContext) 
     (hit,) = ctx.search("handler keyerror", limit=1)
     assert hit.tag == tag
     assert hit.snippet == "test_300 FAILED: [handler] raised [KeyError] 'tenant' after 3 retries"
+
+
+def test_a_snippet_shows_the_match_on_a_long_line_without_spaces(make_ctx: MakeContext) -> None:
+    """Minified JSON: no space to start at, so the window is cut just before the match."""
+    ctx = make_ctx()
+    ctx.add("user", "go")
+    tag = ctx.add("tool", '{"a":1,' * 100 + '"needle":"x"' + ',"b":2' * 50, tool_name="curl")
+    (hit,) = ctx.search("needle")
+    assert hit.tag == tag
+    assert hit.snippet.startswith('…,{"a":1,{"a":1,{"a":1,{"a":1,"[needle]":"x","b":2'), hit.snippet
+
+
+def test_a_snippet_always_holds_its_first_match() -> None:
+    """A long term after a space near the window's start is kept whole, not cut off."""
+    line = "a" * 50 + " " + "b" * 29 + " " + "n" * 80 + " tail " + "c" * 80
+    assert _snippet(line, ["n" * 80]) == "…" + "b" * 29 + " [" + "n" * 80 + "]…"

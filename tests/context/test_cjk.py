@@ -110,3 +110,17 @@ def test_a_store_indexed_before_cjk_splitting_is_indexed_again(make_ctx: MakeCon
     hits = [h.tag for h in ctx.search("deploy")]
     assert sorted(hits) == [failed, later], "each message indexed once"
     assert {h.tag for h in ctx.search("数据库")} == {keep, failed, later}
+
+
+def test_a_snippet_is_the_line_holding_the_whole_cjk_word(make_ctx: MakeContext) -> None:
+    """ "数据库" is the pairs 数据 and 据库, which overlap: both count on the line holding it."""
+    ctx = make_ctx()
+    ctx.add("tool", "统计数据已经导出\n错误: 连接数据库超时", tool_name="sh")
+    assert [h.snippet for h in ctx.search("数据库")] == ["错误: 连接[数据库]超时"]
+
+
+def test_a_snippet_shows_the_match_inside_a_long_cjk_line(make_ctx: MakeContext) -> None:
+    ctx = make_ctx()
+    ctx.add("tool", "这是一段很长的中文日志" * 30 + "连接数据库超时" + "后面还有很多文字" * 20, tool_name="sh")
+    (hit,) = ctx.search("数据库")
+    assert hit.snippet.startswith("…" + ("这是一段很长的中文日志" * 3)[-28:] + "连接[数据库]超时后面"), hit.snippet
