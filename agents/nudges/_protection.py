@@ -61,10 +61,12 @@ def protection_window(tags: Sequence[TailTag], floor: int) -> frozenset[int]:
     call's tags, and tags sharing a number, are taken together before the floor is
     tested, however far apart they sit.
 
-    :param tags: tag rows in ascending tag-number order.
+    :param tags: tag rows in ascending tag-number order; a call's tags are numbered
+        from the call's own (`TailTag.call`) up, as a result never precedes its call.
     """
     members: set[int] = set()
     taken: set[int] = set()
+    oldest = 0  # the smallest key in `taken`
     calls = 0
     cumulative = 0
     full = False
@@ -72,6 +74,10 @@ def protection_window(tags: Sequence[TailTag], floor: int) -> frozenset[int]:
     for tag in reversed(tags):
         if tag.kind is not tool:
             continue
+        if full and tag.number < oldest:
+            # A call's tags are numbered from its own tag up, so no older tag belongs to
+            # a call taken or shares a member's number: stop, rather than walk them all.
+            break
         key = _call_of(tag)
         if key not in taken and tag.number not in members:
             # A new call starts, so the newer ones are complete: stop taking calls once
@@ -81,7 +87,9 @@ def protection_window(tags: Sequence[TailTag], floor: int) -> frozenset[int]:
             if full:
                 continue
             calls += 1
-        taken.add(key)
+        if key not in taken:
+            oldest = key if not taken else min(oldest, key)
+            taken.add(key)
         members.add(tag.number)
         cumulative += max(tag.tokens, 0)
     return frozenset(members)
@@ -90,18 +98,24 @@ def protection_window(tags: Sequence[TailTag], floor: int) -> frozenset[int]:
 def newest_reduce_tags(tags: Sequence[TailTag]) -> frozenset[int]:
     """The active tags of the newest ctx_reduce calls, which are never reclaimable.
 
-    :param tags: tag rows in ascending tag-number order.
+    :param tags: tag rows in ascending tag-number order; a call's tags are numbered
+        from the call's own (`TailTag.call`) up.
     """
     found: set[int] = set()
     taken: set[int] = set()
+    oldest: int | None = None  # the smallest key in `taken`, once it is full
     tool, active = TagKind.TOOL, TagState.ACTIVE
     for tag in reversed(tags):
+        if oldest is not None and tag.number < oldest:
+            break  # as in `protection_window`: no older tag belongs to a call taken
         if tag.tool_name == REDUCE_TOOL_NAME and tag.kind is tool and tag.state is active:
             key = _call_of(tag)
             if key not in taken:
                 if len(taken) == PROTECTED_REDUCE_CALLS:
                     continue
                 taken.add(key)
+                if len(taken) == PROTECTED_REDUCE_CALLS:
+                    oldest = min(taken)
             found.add(tag.number)
     return frozenset(found)
 

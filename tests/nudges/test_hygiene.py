@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agents.nudges import (
     REDUCE_TOOL_NAME,
@@ -22,6 +25,7 @@ from agents.nudges import (
     protected_floor,
     protection_window,
 )
+from agents.nudges._protection import MIN_PROTECTED_CALLS, PROTECTED_REDUCE_CALLS
 from tests.nudges.helpers import Tail, WordCounter, words
 
 
@@ -51,8 +55,8 @@ def calls(*masses: int) -> list[TailTag]:
     tags = []
     for i, mass in enumerate(masses):
         tags += [
-            TailTag(2 * i + 1, TagKind.TOOL, tokens=5, call=100 + i),
-            TailTag(2 * i + 2, TagKind.TOOL, tokens=mass, call=100 + i),
+            TailTag(2 * i + 1, TagKind.TOOL, tokens=5, call=2 * i + 1),
+            TailTag(2 * i + 2, TagKind.TOOL, tokens=mass, call=2 * i + 1),
         ]
     return tags
 
@@ -119,6 +123,97 @@ def test_newest_three_active_ctx_reduce_calls() -> None:
 def test_newest_three_ctx_reduce_calls_keep_both_their_tags() -> None:
     tags = [TailTag(n, TagKind.TOOL, tokens=5, tool_name=REDUCE_TOOL_NAME, call=n - (n - 1) % 2) for n in range(1, 9)]
     assert newest_reduce_tags(tags) == {3, 4, 5, 6, 7, 8}
+
+
+class _Probe(list[TailTag]):
+    """Tags that count how many of them a newest-first walk reads."""
+
+    read = 0
+
+    def __reversed__(self) -> Iterator[TailTag]:
+        for tag in super().__reversed__():
+            self.read += 1
+            yield tag
+
+
+def _full_scan_window(tags: list[TailTag], floor: int) -> frozenset[int]:
+    """The window by its definition, reading every tag: newest first, a tool tag is in if
+    its call or its number is already in, else it starts a call, taken until the floor and
+    the minimum are both met."""
+    members: set[int] = set()
+    taken: set[int] = set()
+    calls = mass = 0
+    for tag in reversed(tags):
+        if tag.kind is not TagKind.TOOL:
+            continue
+        key = tag.number if tag.call is None else tag.call
+        if key not in taken and tag.number not in members:
+            if mass >= floor and calls >= MIN_PROTECTED_CALLS:
+                continue
+            calls += 1
+        taken.add(key)
+        members.add(tag.number)
+        mass += max(tag.tokens, 0)
+    return frozenset(members)
+
+
+def _full_scan_reduce(tags: list[TailTag]) -> frozenset[int]:
+    """The newest three active ctx_reduce calls' tags, reading every tag."""
+    keys: list[int] = []
+    for tag in reversed(tags):
+        if tag.tool_name == REDUCE_TOOL_NAME and tag.kind is TagKind.TOOL and tag.state is TagState.ACTIVE:
+            key = tag.number if tag.call is None else tag.call
+            if key not in keys:
+                keys.append(key)
+    chosen = set(keys[:PROTECTED_REDUCE_CALLS])
+    return frozenset(
+        tag.number
+        for tag in tags
+        if tag.tool_name == REDUCE_TOOL_NAME
+        and tag.kind is TagKind.TOOL
+        and tag.state is TagState.ACTIVE
+        and (tag.number if tag.call is None else tag.call) in chosen
+    )
+
+
+@st.composite
+def _tails(draw: st.DrawFn) -> list[TailTag]:
+    """Tags in ascending number order, some sharing a number; a call's tags come at or
+    after the call's own tag, however far."""
+    tags: list[TailTag] = []
+    number = 0
+    for _ in range(draw(st.integers(0, 40))):
+        number += draw(st.sampled_from([0, 1, 1, 1, 2])) if tags else 1
+        starts = [t.number for t in tags if t.call is None or t.call == t.number] + [number]
+        call = draw(st.one_of(st.none(), st.sampled_from(starts)))
+        tags.append(
+            TailTag(
+                number,
+                draw(st.sampled_from([TagKind.TOOL, TagKind.TOOL, TagKind.MESSAGE, TagKind.FILE])),
+                state=draw(st.sampled_from(list(TagState))),
+                tokens=draw(st.integers(-5, 400)),
+                tool_name=draw(st.sampled_from([REDUCE_TOOL_NAME, "sh", None])),
+                call=call,
+            )
+        )
+    return tags
+
+
+@given(_tails(), st.integers(0, 2_000))
+def test_the_window_and_reduce_tags_match_a_full_scan(tags: list[TailTag], floor: int) -> None:
+    assert protection_window(tags, floor) == _full_scan_window(tags, floor)
+    assert newest_reduce_tags(tags) == _full_scan_reduce(tags)
+
+
+def test_a_full_window_stops_reading_older_tags() -> None:
+    """A tool call's cost must not grow with the session: the walk ends past the window."""
+    tags = _Probe(calls(*[100] * 5_000))
+    assert protection_window(tags, floor=0) == set(range(9_995, 10_001))
+    assert tags.read <= 8  # the six, the call that did not fit, the one past it
+    reduce = _Probe(replace(tag, tool_name=REDUCE_TOOL_NAME) for tag in calls(*[100] * 5_000))
+    reduce.sort(key=lambda tag: tag.number)
+    assert newest_reduce_tags(reduce) == set(range(9_995, 10_001))
+    assert reduce.read <= 8
 
 
 # -- what counts in T and U -----------------------------------------------------------
