@@ -71,6 +71,8 @@ from schemas import (
     apply_accepted,
     fold_done_op,
     parse_proposal,
+    render_brief,
+    render_growth_bound,
     triage,
 )
 
@@ -112,6 +114,9 @@ class _Domain:
     last_batch: int = 0
     """Proposals in the last batch: more than one means the domain is busy."""
     since_snapshot: int = 0
+    fold_room: int = 0
+    """Tokens the brief can still grow by, by `render_growth_bound`, before its budget is
+    checked again (0 or less: check at the next commit)."""
     purge_scheduled: bool = False
     owner: str | None = None
     """Another coordinator this domain's proposals are passed to, see `_forward`."""
@@ -346,6 +351,7 @@ class Coordinator:
             except CasConflict as exc:
                 self.metrics.cas_retries += 1
                 cached.state = await self._log.refresh(state, exc.actual)
+                cached.fold_room = 0  # others' commits grew the brief by who knows how much
                 self._learn_owner(cached)
                 # Coordinators that lose a race to each other in step would keep losing;
                 # a random pause of up to a few appends breaks the lockstep.
@@ -358,6 +364,7 @@ class Coordinator:
                 return await self._commit_batch(cached, batch[:half]) + await self._commit_batch(cached, batch[half:])
             await self._answer(cached.state.domain, batch)
             cached.state = BriefState(apply_accepted(brief, commits[-1]), seq)
+            cached.fold_room -= sum(map(render_growth_bound, commits))
             for _commit in commits:
                 self.metrics.committed()
             return len(commits)
@@ -433,10 +440,17 @@ class Coordinator:
             log.exception("%s: housekeeping after a commit failed", cached.state.domain)
 
     async def _fold_if_over_budget(self, cached: _Domain) -> None:
+        """Fold old done items if the brief is over its budget: counted only once the
+        commits since the last count could have used the room it left."""
         budget, count = self.config.brief_budget_tokens, self.config.count_tokens
-        if budget is None or count is None:
+        if budget is None or count is None or cached.fold_room > 0:
+            return
+        cached.fold_room = budget - count(render_brief(cached.state.brief))
+        if cached.fold_room >= 0:
             return
         op = fold_done_op(cached.state.brief, budget, count)
+        # Over budget with nothing (more) to fold: count again only after some growth.
+        cached.fold_room = budget // 8 if op is None else 0
         if op is None:
             return
         proposal = Proposal(

@@ -54,7 +54,7 @@ from schemas._brief_ops import (
     SetGoal,
     op_fingerprint,
 )
-from schemas._brief_render import render_brief
+from schemas._brief_render import render_brief, render_growth_bound
 from schemas._brief_rules import ReplayError, applied_revision, apply, apply_accepted, triage, validate
 from schemas._brief_snapshot import BriefSnapshot
 from schemas._domain import DOMAIN_TOKEN_MAX, Domain, validate_token
@@ -193,6 +193,7 @@ __all__ = [
     "op_fingerprint",
     "parse_proposal",
     "render_brief",
+    "render_growth_bound",
     "triage",
     "unique_id",
     "validate",

@@ -15,8 +15,9 @@ import re
 from collections.abc import Iterable
 
 from schemas._brief import Decision, TaskBrief
+from schemas._brief_messages import Commit
 
-__all__ = ["render_brief"]
+__all__ = ["render_brief", "render_growth_bound"]
 
 _LINE_BREAKS = re.compile(r"\s*[\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029]+\s*")
 """Every character `str.splitlines` breaks on: what a reader of the text may split it by."""
@@ -69,3 +70,19 @@ def _section(lines: list[str], heading: str, entries: Iterable[str]) -> None:
     if body:
         lines.append(f"{heading}:")
         lines.extend(body)
+
+
+_LINE_MARKS = 64
+"""Bytes of a rendered line besides its texts: id, brackets, "(by ...)", a heading."""
+
+
+def render_growth_bound(commit: Commit) -> int:
+    """At most how many tokens `commit` adds to `render_brief`'s text.
+
+    Its texts' UTF-8 bytes, its author's and a line's marks: a token is at least one
+    byte. A coordinator holding a brief under its budget adds these up and renders and
+    counts the brief again only once they could have used the room left, rather than
+    on every commit (a count of a long brief costs milliseconds).
+    """
+    texts = (value for value in commit.op.__dict__.values() if isinstance(value, str))
+    return sum(len(text.encode()) for text in texts) + len(commit.author.encode()) + _LINE_MARKS

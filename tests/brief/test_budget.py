@@ -2,10 +2,25 @@
 
 from __future__ import annotations
 
+from agents.context import Tokenizer
+from schemas import Commit, Proposal, apply
 from schemas._brief import TaskBrief
 from schemas._brief_fold import fold_done_op
-from schemas._brief_ops import FOLD_MAX, AddPending, Close, Complete, FoldDone
-from schemas._brief_render import render_brief
+from schemas._brief_ops import (
+    FOLD_MAX,
+    AddBlocker,
+    AddConstraint,
+    AddDecision,
+    AddNote,
+    AddPending,
+    BriefOp,
+    Close,
+    Complete,
+    FoldDone,
+    Reject,
+    SetGoal,
+)
+from schemas._brief_render import render_brief, render_growth_bound
 from tests.brief.helpers import DOMAIN, accept, seeded, words
 
 
@@ -71,3 +86,27 @@ def test_one_fold_takes_at_most_fold_max_items_and_the_next_takes_the_rest() -> 
     assert op is not None and op.item_ids == tuple(d.id for d in brief.done[:FOLD_MAX])
     rest = fold_done_op(accept(brief, op, author="coord-1"), 1, words)
     assert rest is not None and rest.item_ids == tuple(d.id for d in brief.done[FOLD_MAX:])
+
+
+def test_a_commit_adds_no_more_tokens_than_its_growth_bound() -> None:
+    """The coordinator skips counting while the bounds fit in the room: they must hold
+    for the real tokenizer, whatever the text."""
+    count = Tokenizer.load().count
+    brief = seeded()
+    ops: list[BriefOp] = [
+        AddNote(text="数据库连接超时：重试三次后放弃"),
+        AddPending(text="a" * 300),
+        AddDecision(option="🚀 ship it", rationale="ok 👍", supersedes=brief.decisions[-1].id),
+        Reject(option="local lock", reason="x" * 500),
+        AddConstraint(text="never\u200b edit vendor/ \u0301\u0301"),
+        AddBlocker(text="ERROR: " + "éa" * 200),
+        SetGoal(text="the goal, restated"),
+        Complete(item_id=brief.pending[0].id, outcome="done in 3 ms; 100% of tests pass"),
+        Close(reason="shipped"),
+    ]
+    for i, op in enumerate(ops):
+        proposal = Proposal(domain=DOMAIN, author=f"agent-{'ü' * i}", op=op, key=f"g{i}")
+        commit = Commit.of(proposal, revision=brief.revision + 1, ts=0.0, committed_by="c")
+        after = apply(brief, commit)
+        assert count(render_brief(after)) - count(render_brief(brief)) <= render_growth_bound(commit), op
+        brief = after

@@ -599,6 +599,28 @@ async def test_a_brief_over_its_budget_is_folded_and_keeps_its_decisions_and_con
     assert [f"task {i} -> ok" for i in range(tasks) if f"task {i} -> ok" not in text] == []
 
 
+async def test_a_brief_well_within_its_budget_is_not_counted_on_every_commit(nats_url: str) -> None:
+    """Counting a long brief costs milliseconds: the coordinator counts again only once
+    the commits since the last count could have used up the room it left."""
+    counted: list[int] = []
+
+    def counting(text: str) -> int:
+        counted.append(words(text))
+        return counted[-1]
+
+    domain = fresh_domain()
+    async with running_coordinator(
+        nats_url, coordinator_id="c-room", brief_budget_tokens=5_000, count_tokens=counting
+    ) as (
+        client,
+        _,
+    ):
+        agent = Proposer(client, domain, agent_id="a")
+        for i in range(60):
+            assert isinstance(await agent.propose(AddNote(text=f"note {i}")), Committed)
+    assert 1 <= len(counted) <= 3, counted
+
+
 class _FailsFirstBatch(Coordinator):
     """A coordinator whose first batch fails as if the log were away (ours to break, not
     a stand-in for a dependency: the bus and server under it are real)."""
