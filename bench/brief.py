@@ -133,9 +133,9 @@ async def _send_paced(client: NatsClient, domain: Domain, ops: int) -> None:
 class _Worker:
     """Proposes a realistic mix: add a pending item, then complete it with an outcome.
 
-    Pending items come and go, so duplicate checks stay cheap; done items pile up (the
-    coordinators run without a token budget, so nothing is folded), which makes every
-    snapshot bigger as a run goes on.
+    Pending items come and go, so duplicate checks stay cheap; done items pile up until
+    the coordinators (`ctxbus coordinator`, with its default brief budget) fold them, as
+    in production.
     """
 
     def __init__(self, proposer: Proposer) -> None:

@@ -448,7 +448,9 @@ class Coordinator:
         cached.fold_room = budget - count(render_brief(cached.state.brief))
         if cached.fold_room >= 0:
             return
-        op = fold_done_op(cached.state.brief, budget, count)
+        # Down to three quarters of the budget: a fold counts the brief a dozen times, and
+        # folding just under the line would fold again a few commits later.
+        op = fold_done_op(cached.state.brief, budget - budget // 4, count)
         # Over budget with nothing (more) to fold: count again only after some growth.
         cached.fold_room = budget // 8 if op is None else 0
         if op is None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import Final
 
 from schemas._brief import Decision, TaskBrief
 from schemas._brief_messages import Commit
@@ -38,7 +39,7 @@ def render_brief(brief: TaskBrief) -> str:
     )
     _section(lines, "Blockers", (f"[{b.id}] {b.text}" for b in brief.blockers))
     _section(lines, "Pending", (f"[{p.id}] {p.text}" for p in brief.pending))
-    summary = () if brief.done_summary is None else (f"earlier: {'; '.join(brief.done_summary.facts)}",)
+    summary = () if brief.done_summary is None else (_earlier(brief.done_summary.facts),)
     _section(lines, "Done", (*summary, *(f"[{d.id}] {d.fact} (by {d.done_by})" for d in brief.done)))
     _section(lines, "Notes", (f"[{n.id}] {n.text} ({n.author})" for n in brief.notes))
     return "\n".join(lines)
@@ -70,6 +71,26 @@ def _section(lines: list[str], heading: str, entries: Iterable[str]) -> None:
     if body:
         lines.append(f"{heading}:")
         lines.extend(body)
+
+
+SUMMARY_SHOWN_CHARS: Final = 1_500
+"""Characters of folded facts the rendered brief shows, newest first; the rest are
+counted. Every fold adds facts: shown whole, the summary would outgrow any budget, and
+the coordinator would fold (and count the brief) on every commit."""
+
+
+def _earlier(facts: tuple[str, ...]) -> str:
+    """The summary line of folded done items: the newest facts that fit, oldest first."""
+    shown: list[str] = []
+    used = 0
+    for fact in reversed(facts):
+        used += len(fact) + 2
+        if shown and used > SUMMARY_SHOWN_CHARS:
+            break
+        shown.append(fact)
+    hidden = len(facts) - len(shown)
+    more = f" (and {hidden:,} earlier)" if hidden else ""
+    return f"earlier: {'; '.join(reversed(shown))}{more}"
 
 
 _LINE_MARKS = 64

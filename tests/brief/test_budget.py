@@ -20,7 +20,7 @@ from schemas._brief_ops import (
     Reject,
     SetGoal,
 )
-from schemas._brief_render import render_brief, render_growth_bound
+from schemas._brief_render import SUMMARY_SHOWN_CHARS, render_brief, render_growth_bound
 from tests.brief.helpers import DOMAIN, accept, seeded, words
 
 
@@ -110,3 +110,21 @@ def test_a_commit_adds_no_more_tokens_than_its_growth_bound() -> None:
         after = apply(brief, commit)
         assert count(render_brief(after)) - count(render_brief(brief)) <= render_growth_bound(commit), op
         brief = after
+
+
+def test_the_summary_shows_its_newest_facts_and_counts_the_rest() -> None:
+    """Every fold adds facts: shown whole, the summary would outgrow any budget."""
+    brief = seeded()
+    for i in range(400):
+        brief = accept(brief, AddPending(text=f"task {i}"))
+        brief = accept(brief, Complete(item_id=brief.pending[-1].id, outcome="ok"))
+        if len(brief.done) == 50:
+            brief = accept(brief, FoldDone(item_ids=tuple(d.id for d in brief.done)))
+    assert brief.done_summary is not None
+    facts = brief.done_summary.facts
+    assert len(facts) + len(brief.done) == 401, "every fact is kept (the seeded brief had one done)"
+    (line,) = [line for line in render_brief(brief).splitlines() if "earlier:" in line]
+    assert len(line) < SUMMARY_SHOWN_CHARS + 100
+    assert facts[-1] in line and facts[0] not in line
+    assert line.endswith(f"(and {len(facts) - line.count(' -> '):,} earlier)")
+    assert fold_done_op(brief, words(render_brief(brief)), words) is None
