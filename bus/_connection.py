@@ -7,6 +7,7 @@ one line per event instead, so `connect` sets unlimited reconnects and quiet cal
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import ssl
 from pathlib import Path
@@ -187,11 +188,22 @@ async def connect(config: BusConfig, *, deadline: float | None = DEFAULT_CONNECT
 
 async def close_quietly(client: Client) -> None:
     """Close a client whatever state it is in: nats-py asserts if it never got going,
-    and raises if its transport is already gone (the server went away)."""
+    and raises if its transport is already gone (the server went away).
+
+    A client whose server died may be closing itself at that moment, and nats-py's own
+    close then cancels a future ours awaits: that CancelledError is not a cancellation of
+    the caller, and is swallowed; a real one (the caller's task is being cancelled)
+    goes on.
+    """
     try:
         await client.close()
     except (AssertionError, RuntimeError, nats.errors.Error, OSError) as exc:
         log.debug("closing the NATS client: %r", exc)
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is None or task.cancelling():
+            raise
+        log.debug("closing the NATS client: nats-py cancelled its own close")
 
 
 class _EventLog:
