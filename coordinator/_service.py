@@ -21,6 +21,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from bus import (
     BRIEF_BUCKET,
+    LEASE_BUCKET,
     METRICS_SUBJECT,
     PRESENCE_BUCKET,
     PROPOSE_QUEUE,
@@ -152,9 +153,6 @@ class Coordinator:
         and creates a missing one with a single copy (which this raises, never lowers).
         """
         await self._log.ensure()
-        replicas = self.config.replicas
-        await Leases(self._client, LeaseConfig(replicas=replicas)).ensure()
-        await Bucket(self._client, BucketConfig(name=PRESENCE_BUCKET, replicas=replicas)).ensure()
         async with anyio.create_task_group() as tg:
             self._tg = tg
             await tg.start(partial(listen, self._client, all_domains(Verb.PROPOSE), self._take, queue=PROPOSE_QUEUE))
@@ -162,8 +160,28 @@ class Coordinator:
             await tg.start(partial(serve, self._client, STATUS_SUBJECT, self._on_status))
             await tg.start(partial(serve, self._client, METRICS_SUBJECT, self._on_metrics))
             tg.start_soon(self._evict_idle_domains)
+            tg.start_soon(self._ensure_agent_buckets)
             log.info("coordinator %s serving proposals (event loop: %s)", self.id, event_loop_name())
             task_status.started()
+
+    async def _ensure_agent_buckets(self) -> None:
+        """Create the lease and presence buckets with this coordinator's copies, in the
+        background, retrying until done. Not worth delaying proposals for: agents create
+        a missing one themselves, and raising a bucket's copies on a busy cluster can
+        outlast a request."""
+        replicas = self.config.replicas
+        leases = Leases(self._client, LeaseConfig(replicas=replicas))
+        presence = Bucket(self._client, BucketConfig(name=PRESENCE_BUCKET, replicas=replicas))
+        for name, ensure in ((LEASE_BUCKET, leases.ensure), (PRESENCE_BUCKET, presence.ensure)):
+            retry, told = Retry(max_pause=5.0), False
+            while True:
+                try:
+                    await ensure()
+                    break
+                except BusError as exc:
+                    log.log(logging.DEBUG if told else logging.WARNING, "cannot create %s yet: %s", name, exc)
+                    told = True
+                    await retry.pause()
 
     # -- proposals -----------------------------------------------------------------------
 

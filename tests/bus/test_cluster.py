@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 
 import anyio
+import nats.js.errors
 
 from bus import (
     BRIEF_BUCKET,
@@ -54,29 +55,38 @@ async def test_a_coordinator_creates_the_log_with_its_replicas_and_never_cuts_th
     js = client.jetstream()
 
     async def copies(stream: str) -> int:
-        return (await js.stream_info(stream)).config.num_replicas or 1
+        try:
+            return (await js.stream_info(stream)).config.num_replicas or 1
+        except nats.js.errors.NotFoundError:
+            return 0  # not created yet
 
-    async def started(config: CoordinatorConfig) -> bool:
+    streams = (TX_STREAM, f"KV_{BRIEF_BUCKET}", f"KV_{LEASE_BUCKET}", f"KV_{PRESENCE_BUCKET}")
+
+    async def served(config: CoordinatorConfig, until_copies: list[int]) -> bool:
+        """Run a coordinator until the streams have `until_copies`; False if it could not start."""
         ok = True
         try:
             async with anyio.create_task_group() as tg:
                 await tg.start(Coordinator(client, config).run)
+                # The agents' buckets are made in the background, and raising a bucket's
+                # copies may outlast a request on a busy cluster.
+                while [await copies(stream) for stream in streams] != until_copies:
+                    await anyio.sleep(0.2)
                 tg.cancel_scope.cancel()
         except* BusError:  # a new raft group needs a leader; a node just restarted may count as offline
             ok = False
         return ok
 
-    async def serve_once(config: CoordinatorConfig) -> None:
+    async def serve_once(config: CoordinatorConfig, until_copies: list[int]) -> None:
         with anyio.fail_after(60):
-            while not await started(config):
+            while not await served(config, until_copies):
                 await anyio.sleep(0.2)
 
     try:
         await Leases(client).ensure()  # an agent came first: one copy
-        await serve_once(CoordinatorConfig(coordinator_id="c-r3", replicas=3))
-        streams = (TX_STREAM, f"KV_{BRIEF_BUCKET}", f"KV_{LEASE_BUCKET}", f"KV_{PRESENCE_BUCKET}")
-        assert [await copies(stream) for stream in streams] == [3, 3, 3, 3]
-        await serve_once(CoordinatorConfig(coordinator_id="c-default"))  # the single-node default
+        await serve_once(CoordinatorConfig(coordinator_id="c-r3", replicas=3), [3, 3, 3, 3])
+        # The single-node default never cuts them down.
+        await serve_once(CoordinatorConfig(coordinator_id="c-default"), [3, 3, 3, 3])
         assert [await copies(stream) for stream in streams] == [3, 3, 3, 3]
     finally:
         await client.close()
