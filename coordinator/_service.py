@@ -149,8 +149,9 @@ class Coordinator:
         """Create the streams, then serve until cancelled; reports ready via `task_status`.
 
         Besides the log and the snapshots, it creates the lease and presence buckets the
-        agents use, with the same number of copies: an agent knows nothing of the cluster
-        and creates a missing one with a single copy (which this raises, never lowers).
+        agents use, with the same number of copies, once serving (`_ensure_agent_buckets`):
+        an agent knows nothing of the cluster and creates a missing one with a single copy
+        (which this raises, never lowers).
         """
         await self._log.ensure()
         async with anyio.create_task_group() as tg:
@@ -469,10 +470,10 @@ class Coordinator:
         # Down to three quarters of the budget: a fold counts the brief a dozen times, and
         # folding just under the line would fold again a few commits later.
         op = fold_done_op(cached.state.brief, budget - budget // 4, count)
-        # Over budget with nothing (more) to fold: count again only after some growth.
-        cached.fold_room = budget // 8 if op is None else 0
-        if op is None:
+        if op is None:  # over budget with nothing (more) to fold: count again after some growth
+            cached.fold_room = budget // 8
             return
+        cached.fold_room = 0  # count the folded brief at the next commit
         proposal = Proposal(
             domain=cached.state.domain,
             author=f"{self.id}{FOLD_AUTHOR_SUFFIX}",
