@@ -190,10 +190,11 @@ async def close_quietly(client: Client) -> None:
     """Close a client whatever state it is in: nats-py asserts if it never got going,
     and raises if its transport is already gone (the server went away).
 
-    A client whose server died may be closing itself at that moment, and nats-py's own
-    close then cancels a future ours awaits: that CancelledError is not a cancellation of
-    the caller, and is swallowed; a real one (the caller's task is being cancelled)
-    goes on.
+    Closed just as its server died, nats-py cancels its own reconnect task while that
+    task waits for the dead connection to close; the cancellation lands on the
+    connection's close future, which the close then awaits in turn. That
+    CancelledError is not a cancellation of the caller, and is swallowed; a real one
+    (the caller's task is being cancelled) goes on.
     """
     try:
         await client.close()

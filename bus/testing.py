@@ -27,7 +27,7 @@ import pytest
 from nats.aio.client import Client
 
 from bus._cluster import LoopbackCluster
-from bus._connection import BusConfig, connect
+from bus._connection import BusConfig, close_quietly, connect
 from bus._server import EmbeddedServer
 
 __all__ = ["nats_server", "nats_url", "nats_client", "nats_server_factory", "nats_cluster"]
@@ -56,7 +56,7 @@ async def nats_client(anyio_backend: Any, nats_url: str) -> AsyncIterator[Client
     try:
         yield client
     finally:
-        await client.close()
+        await close_quietly(client)
 
 
 @pytest.fixture

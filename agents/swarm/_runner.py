@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from agents.swarm._config import SwarmConfig, SwarmError
 from agents.swarm._report import SwarmReport
 from agents.swarm._scenario import agent_name
-from bus import BriefLog, BusConfig, connect
+from bus import BriefLog, BusConfig, close_quietly, connect
 from schemas import AgentResult, EventAdapter, Finished, Note, Progress, ReportRequest, brief_hash
 
 __all__ = ["AgentStatus", "SwarmRunner"]
@@ -111,7 +111,7 @@ class SwarmRunner:
         try:
             state = await BriefLog(client).load(self.config.domain)
         finally:
-            await client.close()
+            await close_quietly(client)
         request = (ReportRequest(revision=state.brief.revision).model_dump_json() + "\n").encode()
         for status in self.agents:
             process = self._processes.get(status.name)

@@ -24,7 +24,7 @@ from agents.runtime import Agent, AgentConfig
 from agents.swarm._constraints import missing_from_brief, missing_from_pinned
 from agents.swarm._model import ScriptedModel
 from agents.swarm._scenario import CONSTRAINTS, agent_name, step, user_constraints
-from bus import BusConfig, Leases, connect, run_async
+from bus import BusConfig, Leases, close_quietly, connect, run_async
 from schemas import (
     AgentResult,
     Channel2Cycle,
@@ -97,7 +97,7 @@ async def _run(args: argparse.Namespace) -> int:
     finally:
         with anyio.CancelScope(shield=True):
             agent.close()
-            await client.close()
+            await close_quietly(client)
     return code
 
 

@@ -43,7 +43,7 @@ async def test_errors_while_connected_are_warnings_and_only_an_outages_repeats_a
         assert _levels(caplog, "timed out (test") == [logging.WARNING, logging.DEBUG, logging.DEBUG]
         assert _levels(caplog, "something else") == [logging.WARNING]
     finally:
-        await client.close()
+        await close_quietly(client)
 
 
 async def test_a_client_whose_server_died_closes_quietly(nats_server_factory: ServerFactory) -> None:
@@ -55,3 +55,21 @@ async def test_a_client_whose_server_died_closes_quietly(nats_server_factory: Se
             await anyio.sleep(0.05)
     await close_quietly(client)
     assert client.is_closed
+
+
+async def test_a_client_closed_just_as_its_server_dies_closes_without_a_stray_cancellation(
+    nats_server_factory: ServerFactory,
+) -> None:
+    """nats-py's close cancels its reconnect task while that task waits for the dead
+    connection to close, and the cancellation lands on the close future our close then
+    awaits. Closing the moment the outage shows hits that window a few times in a hundred."""
+    server = nats_server_factory()
+    for _ in range(150):
+        client = await connect(BusConfig(servers=[server.url]), deadline=5)
+        await anyio.to_thread.run_sync(server.kill)
+        with anyio.fail_after(10):
+            while client.is_connected:
+                await anyio.sleep(0)
+        await close_quietly(client)
+        assert client.is_closed
+        await anyio.to_thread.run_sync(server.start)
