@@ -21,12 +21,16 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from bus._errors import BusUnavailable
 
-__all__ = ["BusConfig", "TlsConfig", "connect", "DEFAULT_CONNECT_DEADLINE"]
+__all__ = ["BusConfig", "TlsConfig", "connect", "close_quietly", "DEFAULT_CLOSE_DEADLINE", "DEFAULT_CONNECT_DEADLINE"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CONNECT_DEADLINE: Final = 5.0
 """How long the first connection may take before `connect` gives up, in seconds."""
+
+DEFAULT_CLOSE_DEADLINE: Final = 5.0
+"""How long `close_quietly` waits for the server to take the client's last writes, in
+seconds: a frozen or cut-off server never does, and a shutdown must not hang on it."""
 
 _SCHEMES = ("nats://", "tls://", "ws://", "wss://")
 
@@ -186,9 +190,12 @@ async def connect(config: BusConfig, *, deadline: float | None = DEFAULT_CONNECT
     return client
 
 
-async def close_quietly(client: Client) -> None:
+async def close_quietly(client: Client, *, deadline: float = DEFAULT_CLOSE_DEADLINE) -> None:
     """Close a client whatever state it is in: nats-py asserts if it never got going,
-    and raises if its transport is already gone (the server went away).
+    raises if its transport is already gone (the server went away), and waits without
+    end for a server that stopped reading (frozen, or cut off without a reset) to take
+    what the client still has to send; after `deadline` seconds we drop the connection
+    with those writes.
 
     Closed just as its server died, nats-py cancels its own reconnect task while that
     task waits for the dead connection to close; the cancellation lands on the
@@ -196,15 +203,33 @@ async def close_quietly(client: Client) -> None:
     CancelledError is not a cancellation of the caller, and is swallowed; a real one
     (the caller's task is being cancelled) goes on.
     """
-    try:
-        await client.close()
-    except (AssertionError, RuntimeError, nats.errors.Error, OSError) as exc:
-        log.debug("closing the NATS client: %r", exc)
-    except asyncio.CancelledError:
-        task = asyncio.current_task()
-        if task is None or task.cancelling():
-            raise
-        log.debug("closing the NATS client: nats-py cancelled its own close")
+    with anyio.move_on_after(deadline) as waited:
+        try:
+            await client.close()
+        except (AssertionError, RuntimeError, nats.errors.Error, OSError) as exc:
+            log.debug("closing the NATS client: %r", exc)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is None or task.cancelling():
+                raise
+            log.debug("closing the NATS client: nats-py cancelled its own close")
+    if waited.cancelled_caught:
+        log.warning(
+            "dropped the NATS connection with writes the server had not taken in %gs (is it frozen, or cut off?)",
+            deadline,
+        )
+        _drop_connection(client)
+
+
+def _drop_connection(client: Client) -> None:
+    """Close the client's socket at once, unsent data and all, so that it is not left
+    open under a loop about to close. nats-py has no public way to: its TCP transport
+    keeps the asyncio stream writers (a TLS one over the bare one)."""
+    transport = getattr(client, "_transport", None)
+    for name in ("_io_writer", "_bare_io_writer"):
+        writer = getattr(transport, name, None)
+        if isinstance(writer, asyncio.StreamWriter):
+            writer.transport.abort()
 
 
 class _EventLog:

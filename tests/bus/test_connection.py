@@ -3,9 +3,13 @@ hidden), and closing one whatever its state."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import signal
 
 import anyio
+import nats.errors
 import pytest
 
 from bus import BusConfig, close_quietly, connect
@@ -73,3 +77,26 @@ async def test_a_client_closed_just_as_its_server_dies_closes_without_a_stray_ca
         await close_quietly(client)
         assert client.is_closed
         await anyio.to_thread.run_sync(server.start)
+
+
+async def test_closing_a_client_whose_server_froze_gives_up_waiting_for_it(
+    nats_server_factory: ServerFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stopped server reads nothing, so the client's last writes wait for ever: the
+    close must not (a Ctrl-C of a coordinator would hang on it)."""
+    server = nats_server_factory()
+    client = await connect(BusConfig(servers=[server.url]), deadline=5)
+    assert server.pid is not None
+    os.kill(server.pid, signal.SIGSTOP)
+    try:
+        payload = b"x" * 256_000
+        with anyio.move_on_after(1):  # fill the socket's buffers; then publishing blocks or fails
+            with contextlib.suppress(nats.errors.OutboundBufferLimitError):
+                for _ in range(100):
+                    await client.publish("frozen.out", payload)
+        with anyio.fail_after(30):
+            await close_quietly(client, deadline=0.5)
+        assert client.is_closed
+        assert "writes the server had not taken in 0.5s" in caplog.text
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
