@@ -4,6 +4,7 @@ coordinators create the log with the copies they are told to, never fewer."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 
 import anyio
 import nats.js.errors
@@ -25,17 +26,23 @@ from bus import (
 from coordinator import Coordinator, CoordinatorConfig
 
 
+async def _once_the_cluster_answers(step: Callable[[], Awaitable[object]]) -> None:
+    """Run `step`, again while it fails on the bus: a stream's raft group needs a leader,
+    and a node an earlier test restarted may leave the cluster without one for a while."""
+    with anyio.fail_after(60):
+        while True:
+            try:
+                await step()
+                return
+            except BusError:
+                await anyio.sleep(0.2)
+
+
 async def test_r3_stream_survives_losing_a_node(nats_cluster: LoopbackCluster) -> None:
     config = TxLogConfig(stream="CTXBUS_TX_R3", subjects=("r3.>",), replicas=3, attempt_timeout=1.0)
     client = await connect(BusConfig(servers=nats_cluster.urls))
     log = TxLog(client, config)
-    with anyio.fail_after(30):
-        while True:  # the stream's raft group needs a leader before the first append
-            try:
-                await log.ensure()
-                break
-            except Exception:
-                await anyio.sleep(0.2)
+    await _once_the_cluster_answers(log.ensure)
     subject = f"r3.{uuid.uuid4().hex[:8]}"
     before = [await log.append(subject, b"before", f"b{i}") for i in range(10)]
     victim = next(node for node in nats_cluster.nodes if node.url != client.connected_url.geturl())
@@ -84,7 +91,7 @@ async def test_a_coordinator_creates_the_log_with_its_replicas_and_never_cuts_th
                 await anyio.sleep(0.2)
 
     try:
-        await Leases(client).ensure()  # an agent came first: one copy
+        await _once_the_cluster_answers(Leases(client).ensure)  # an agent came first: one copy
         await serve_once(CoordinatorConfig(coordinator_id="c-r3", replicas=3), [3, 3, 3, 3])
         # The single-node default never cuts them down.
         await serve_once(CoordinatorConfig(coordinator_id="c-default"), [3, 3, 3, 3])
