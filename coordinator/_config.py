@@ -77,7 +77,9 @@ class CoordinatorConfig:
     """Token budget of the rendered brief; over it, old done items are folded. None: no
     budget (the `ctxbus` commands default to `DEFAULT_BRIEF_BUDGET`)."""
     count_tokens: Callable[[str], int] | None = None
-    """Token counter for the budget (injected: the coordinator does not own a tokenizer)."""
+    """Token counter for the budget (injected: the coordinator does not own a tokenizer).
+    The commands pass `Tokenizer.count_lines`: a commit changes a line or two of the
+    rendered brief, and only those are encoded again."""
 
     def __post_init__(self) -> None:
         # Checked here, not at the first commit: a bad id would fail every batch, silently

@@ -113,5 +113,7 @@ def coordinator_config(coordinator_id: str | None, brief_budget: int = DEFAULT_B
     if coordinator_id:
         config = dataclasses.replace(config, coordinator_id=coordinator_id)
     if brief_budget:
-        config = dataclasses.replace(config, brief_budget_tokens=brief_budget, count_tokens=Tokenizer.load().count)
+        config = dataclasses.replace(
+            config, brief_budget_tokens=brief_budget, count_tokens=Tokenizer.load().count_lines
+        )
     return config
