@@ -50,6 +50,8 @@ def fold_done_op(brief: TaskBrief, budget_tokens: int, count_tokens: Callable[[s
         draft = brief.model_copy(update=fold_updates(brief, ids[:n], rev=brief.revision + 1))
         return count_tokens(render_brief(draft)) <= budget_tokens
 
+    if not fits(len(ids)):  # kept over budget by what is never folded: fold all we may
+        return FoldDone(item_ids=ids)
     # Each folded item loses its id and author, so folding more never renders longer:
     # binary search finds the fewest.
     low, high = 1, len(ids)
