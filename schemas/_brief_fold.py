@@ -10,10 +10,11 @@ every done item, it stays over budget.
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import accumulate
 
 from schemas._brief import DoneSummary, TaskBrief
 from schemas._brief_ops import FOLD_MAX, FoldDone
-from schemas._brief_render import render_brief
+from schemas._brief_render import done_line, render_brief, summary_line
 
 __all__ = ["fold_done_op", "fold_updates"]
 
@@ -38,18 +39,34 @@ def fold_done_op(brief: TaskBrief, budget_tokens: int, count_tokens: Callable[[s
     `None` when the brief fits already, has nothing done to fold, or is closed.
     Otherwise folds the fewest, oldest done items that make it fit, or all of them if nothing
     makes it fit. `count_tokens` is passed in because `schemas` does not depend on a
-    tokenizer; it is called O(log n) times for n done items.
+    tokenizer.
+
+    A fold changes only the summary line and the done lines it takes, so a draft is
+    weighed by those lines, each counted with its line break, rather than rendered and
+    counted whole: the brief is counted once, its done lines once each (a line-caching
+    counter has them already), and the summary line O(log n) times for n done items.
+    With a counter that adds up over lines, as `Tokenizer.count_lines` does, the figure
+    is the whole count's, but for a line break at the very end of the text.
     """
     if brief.closed is not None or not brief.done:
         return None
-    if count_tokens(render_brief(brief)) <= budget_tokens:
+    whole = count_tokens(render_brief(brief))
+    if whole <= budget_tokens:
         return None
-    ids = tuple(d.id for d in brief.done[:FOLD_MAX])  # the rest at the next commit
+    candidates = brief.done[:FOLD_MAX]  # the rest at the next commit
+
+    def tokens(line: str) -> int:
+        return count_tokens(line + "\n")
+
+    freed = (0, *accumulate(tokens(done_line(d)) for d in candidates))
+    earlier = () if brief.done_summary is None else brief.done_summary.facts
+    summary_now = tokens(summary_line(earlier)) if earlier else 0
 
     def fits(n: int) -> bool:
-        draft = brief.model_copy(update=fold_updates(brief, ids[:n], rev=brief.revision + 1))
-        return count_tokens(render_brief(draft)) <= budget_tokens
+        facts = (*earlier, *(d.fact for d in candidates[:n]))
+        return whole - freed[n] - summary_now + tokens(summary_line(facts)) <= budget_tokens
 
+    ids = tuple(d.id for d in candidates)
     if not fits(len(ids)):  # kept over budget by what is never folded: fold all we may
         return FoldDone(item_ids=ids)
     # Each folded item loses its id and author, so folding more never renders longer:

@@ -15,10 +15,10 @@ import re
 from collections.abc import Iterable
 from typing import Final
 
-from schemas._brief import Decision, TaskBrief
+from schemas._brief import Decision, DoneItem, TaskBrief
 from schemas._brief_messages import Commit
 
-__all__ = ["render_brief", "render_growth_bound"]
+__all__ = ["render_brief", "render_growth_bound", "done_line", "summary_line"]
 
 _LINE_BREAKS = re.compile(r"\s*[\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029]+\s*")
 """Every character `str.splitlines` breaks on: what a reader of the text may split it by."""
@@ -30,19 +30,33 @@ def render_brief(brief: TaskBrief) -> str:
     lines = [_title(brief)]
     if brief.goal is not None:
         lines.append(f"Goal: {_one_line(brief.goal.text)}")
-    _section(lines, "Constraints (must hold)", (f"[{c.id}] {c.text}" for c in brief.constraints))
-    _section(lines, "Decisions", map(_decision_line, brief.decisions))
+    _section(lines, "Constraints (must hold)", (_entry(f"[{c.id}] {c.text}") for c in brief.constraints))
+    _section(lines, "Decisions", (_entry(_decision_text(d)) for d in brief.decisions))
     _section(
         lines,
         "Rejected (do not adopt unless reopened)",
-        (f"[{r.id}] {r.option}: {r.reason}" for r in brief.rejected),
+        (_entry(f"[{r.id}] {r.option}: {r.reason}") for r in brief.rejected),
     )
-    _section(lines, "Blockers", (f"[{b.id}] {b.text}" for b in brief.blockers))
-    _section(lines, "Pending", (f"[{p.id}] {p.text}" for p in brief.pending))
-    summary = () if brief.done_summary is None else (_earlier(brief.done_summary.facts),)
-    _section(lines, "Done", (*summary, *(f"[{d.id}] {d.fact} (by {d.done_by})" for d in brief.done)))
-    _section(lines, "Notes", (f"[{n.id}] {n.text} ({n.author})" for n in brief.notes))
+    _section(lines, "Blockers", (_entry(f"[{b.id}] {b.text}") for b in brief.blockers))
+    _section(lines, "Pending", (_entry(f"[{p.id}] {p.text}") for p in brief.pending))
+    summary = () if brief.done_summary is None else (summary_line(brief.done_summary.facts),)
+    _section(lines, "Done", (*summary, *map(done_line, brief.done)))
+    _section(lines, "Notes", (_entry(f"[{n.id}] {n.text} ({n.author})") for n in brief.notes))
     return "\n".join(lines)
+
+
+def done_line(item: DoneItem) -> str:
+    """A done item's line in the rendered brief."""
+    return _entry(f"[{item.id}] {item.fact} (by {item.done_by})")
+
+
+def summary_line(facts: tuple[str, ...]) -> str:
+    """The line of folded done items in the rendered brief, above the items still listed."""
+    return _entry(_earlier(facts))
+
+
+def _entry(text: str) -> str:
+    return f"- {_one_line(text)}"
 
 
 def _one_line(text: str) -> str:
@@ -57,7 +71,7 @@ def _title(brief: TaskBrief) -> str:
     return _one_line(title)
 
 
-def _decision_line(decision: Decision) -> str:
+def _decision_text(decision: Decision) -> str:
     if decision.superseded_by is not None:
         # Kept short: it only tells agents not to act on it any more.
         return f"[{decision.id}] (superseded by {decision.superseded_by}) {decision.option}"
@@ -67,7 +81,7 @@ def _decision_line(decision: Decision) -> str:
 
 
 def _section(lines: list[str], heading: str, entries: Iterable[str]) -> None:
-    body = [f"- {_one_line(entry)}" for entry in entries]
+    body = list(entries)
     if body:
         lines.append(f"{heading}:")
         lines.extend(body)

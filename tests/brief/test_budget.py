@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import pytest
+
 from agents.context import Tokenizer
 from schemas import Commit, Proposal, apply
 from schemas._brief import TaskBrief
@@ -60,17 +64,28 @@ def test_fold_is_not_needed_within_budget() -> None:
     assert fold_done_op(brief, words(render_brief(brief)), words) is None
 
 
-def test_fold_takes_the_fewest_oldest_done_items_that_fit() -> None:
-    brief = _with_done(12)
-    budget = words(render_brief(brief)) - 10
-    op = fold_done_op(brief, budget, words)
+@pytest.mark.parametrize("count", [words, Tokenizer.load().count_lines], ids=["words", "cl100k"])
+@pytest.mark.parametrize(("done", "over"), [(12, 10), (40, 150), (400, 2_000)])
+def test_fold_takes_the_fewest_oldest_done_items_that_fit(count: Callable[[str], int], done: int, over: int) -> None:
+    """The fold weighs drafts by the lines they change; the figures here are whole counts."""
+    brief = _with_done(done)
+    budget = count(render_brief(brief)) - over
+    op = fold_done_op(brief, budget, count)
     assert op is not None
     assert op.item_ids == tuple(d.id for d in brief.done[: len(op.item_ids)])
     after = accept(brief, op, author="coord-1")
-    assert words(render_brief(after)) <= budget
+    assert count(render_brief(after)) <= budget
     shorter = FoldDone(item_ids=op.item_ids[:-1])
     if shorter.item_ids:
-        assert words(render_brief(accept(brief, shorter, author="coord-1"))) > budget
+        assert count(render_brief(accept(brief, shorter, author="coord-1"))) > budget
+    if len(op.item_ids) > 1:  # a second fold over a summary already there
+        again = fold_done_op(after, count(render_brief(after)) - over // 2, count)
+        assert again is not None
+        folded = accept(after, again, author="coord-1")
+        assert count(render_brief(folded)) <= count(render_brief(after)) - over // 2
+        if len(again.item_ids) > 1:
+            less = accept(after, FoldDone(item_ids=again.item_ids[:-1]), author="coord-1")
+            assert count(render_brief(less)) > count(render_brief(after)) - over // 2
 
 
 def test_fold_folds_everything_when_nothing_fits() -> None:
