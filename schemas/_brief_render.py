@@ -20,8 +20,9 @@ from schemas._brief_messages import Commit
 
 __all__ = ["render_brief", "render_growth_bound", "done_line", "summary_line"]
 
-_LINE_BREAKS = re.compile(r"\s*[\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029]+\s*")
+_LINE_BREAK = re.compile(r"[\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
 """Every character `str.splitlines` breaks on: what a reader of the text may split it by."""
+_LINE_BREAKS = re.compile(rf"\s*{_LINE_BREAK.pattern}+\s*")
 _SHOWN_BREAK = " ⏎ "
 
 
@@ -60,7 +61,8 @@ def _entry(text: str) -> str:
 
 
 def _one_line(text: str) -> str:
-    return _LINE_BREAKS.sub(_SHOWN_BREAK, text)
+    # Most texts have no break: finding none is a fifth of the cost of `sub` on them.
+    return text if _LINE_BREAK.search(text) is None else _LINE_BREAKS.sub(_SHOWN_BREAK, text)
 
 
 def _title(brief: TaskBrief) -> str:
