@@ -464,12 +464,13 @@ class Coordinator:
         budget, count = self.config.brief_budget_tokens, self.config.count_tokens
         if budget is None or count is None or cached.fold_room > 0:
             return
-        cached.fold_room = budget - count(render_brief(cached.state.brief))
+        tokens = count(render_brief(cached.state.brief))
+        cached.fold_room = budget - tokens
         if cached.fold_room >= 0:
             return
-        # Down to three quarters of the budget: a fold counts the brief a dozen times, and
-        # folding just under the line would fold again a few commits later.
-        op = fold_done_op(cached.state.brief, budget - budget // 4, count)
+        # Down to three quarters of the budget: folding just under the line would fold
+        # again a few commits later.
+        op = fold_done_op(cached.state.brief, budget - budget // 4, count, counted=tokens)
         if op is None:  # over budget with nothing (more) to fold: count again after some growth
             cached.fold_room = budget // 8
             return

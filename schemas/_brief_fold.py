@@ -33,13 +33,15 @@ def fold_updates(brief: TaskBrief, item_ids: tuple[str, ...], *, rev: int) -> di
     }
 
 
-def fold_done_op(brief: TaskBrief, budget_tokens: int, count_tokens: Callable[[str], int]) -> FoldDone | None:
+def fold_done_op(
+    brief: TaskBrief, budget_tokens: int, count_tokens: Callable[[str], int], *, counted: int | None = None
+) -> FoldDone | None:
     """The fold that brings the rendered brief within `budget_tokens`, or `None`.
 
     `None` when the brief fits already, has nothing done to fold, or is closed.
     Otherwise folds the fewest, oldest done items that make it fit, or all of them if nothing
     makes it fit. `count_tokens` is passed in because `schemas` does not depend on a
-    tokenizer.
+    tokenizer; `counted` is the rendered brief's count, if the caller has it already.
 
     A fold changes only the summary line and the done lines it takes, so a draft is
     weighed by those lines, each counted with its line break, rather than rendered and
@@ -50,7 +52,7 @@ def fold_done_op(brief: TaskBrief, budget_tokens: int, count_tokens: Callable[[s
     """
     if brief.closed is not None or not brief.done:
         return None
-    whole = count_tokens(render_brief(brief))
+    whole = count_tokens(render_brief(brief)) if counted is None else counted
     if whole <= budget_tokens:
         return None
     candidates = brief.done[:FOLD_MAX]  # the rest at the next commit
