@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Annotated, Final
 
@@ -36,8 +37,26 @@ __all__ = [
 DEFAULT_NATS_URL: Final = "nats://127.0.0.1:4222"
 """Where `ctxbus up` and `ctxbus nats` listen by default."""
 
-console = Console(highlight=False)
-errors = Console(stderr=True, highlight=False)
+PIPE_WIDTH: Final = 200
+"""Columns of output that goes to a file or a pipe rather than a terminal: wide enough
+for every table ctxbus draws (the swarm report is about 160)."""
+
+
+def _console(*, stderr: bool = False) -> Console:
+    """A console for output that reads well where it lands.
+
+    On a terminal, rich fits it to the screen. Written to a file or a pipe (a CI log,
+    `| grep`, `| less`), rich would still wrap every line at 80 columns and squeeze
+    tables into them, cutting names to `age…`: there it wraps nothing and gives tables
+    `PIPE_WIDTH`. A `COLUMNS` set in the environment wins, as rich reads it.
+    """
+    stream = sys.stderr if stderr else sys.stdout
+    piped = not stream.isatty() and "COLUMNS" not in os.environ
+    return Console(stderr=stderr, highlight=False, soft_wrap=piped, width=PIPE_WIDTH if piped else None)
+
+
+console = _console()
+errors = _console(stderr=True)
 
 
 def default_state_dir() -> Path:
