@@ -233,35 +233,55 @@ def _print_events(out: Console, runner: SwarmRunner, printed: int) -> int:
     return runner.events_seen
 
 
+_LIVE_COLUMNS = ("agent", "state", "pid", "step", "band", "U / T", "prompt", "history", "ch2", "brief rev")
+_LIVE_COMPACT = ("agent", "state", "step", "band", "U / T", "ch2", "brief rev")
+"""The live table's columns on a screen too narrow for all of them."""
+_UNBOUNDED = 100_000
+"""Columns to measure a table's natural width in: rich clamps a measure to the screen."""
+_LEFT = {"agent", "state", "band", "bands reached", "brief hash"}
+
+
+def _fits(table: Table) -> bool:
+    """Whether `table` fits the screen whole: squeezed, rich cuts names and figures to `age…`."""
+    unbounded = console.options.update_width(_UNBOUNDED)
+    return console.measure(table, options=unbounded).maximum <= console.width
+
+
 def _live_table(runner: SwarmRunner) -> Table:
+    table = _agents_table(runner, _LIVE_COLUMNS)
+    return table if _fits(table) else _agents_table(runner, _LIVE_COMPACT)
+
+
+def _agents_table(runner: SwarmRunner, columns: tuple[str, ...]) -> Table:
     table = Table(title=f"swarm on {runner.config.domain}", show_edge=False, title_justify="left")
-    for name in ("agent", "state", "pid", "step", "band", "U / T", "prompt", "history", "ch2", "brief rev"):
-        table.add_column(name, justify="left" if name in ("agent", "state", "band") else "right")
+    for name in columns:
+        table.add_column(name, justify="left" if name in _LEFT else "right")
     for a in runner.agents:
         p = a.progress
         state = a.state + (" (restarted)" if a.killed_at is not None and a.state != "killed" else "")
-        table.add_row(
-            a.name,
-            Text(state, style=_STATE_STYLE.get(a.state, "")),
-            str(a.pid or ""),
-            f"{p.step}/{p.steps}" if p else "-",
-            Text(p.band, style=_BAND_STYLE.get(p.band, "")) if p else "-",
-            f"{p.u:,} / {p.t:,}" if p else "-",
-            f"{p.prompt_tokens:,}" if p else "-",
-            f"{p.history_tokens:,}" if p else "-",
-            str(p.channel2) if p else "-",
-            str(a.result.revision if a.result else p.revision) if p else "-",
-        )
+        cells: dict[str, str | Text] = {
+            "agent": a.name,
+            "state": Text(state, style=_STATE_STYLE.get(a.state, "")),
+            "pid": str(a.pid or ""),
+            "step": f"{p.step}/{p.steps}" if p else "-",
+            "band": Text(p.band, style=_BAND_STYLE.get(p.band, "")) if p else "-",
+            "U / T": f"{p.u:,} / {p.t:,}" if p else "-",
+            "prompt": f"{p.prompt_tokens:,}" if p else "-",
+            "history": f"{p.history_tokens:,}" if p else "-",
+            "ch2": str(p.channel2) if p else "-",
+            "brief rev": str(a.result.revision if a.result else p.revision) if p else "-",
+        }
+        table.add_row(*(cells[name] for name in columns))
     return table
+
+
+_REPORT_COLUMNS = ("agent", "prompt", "full history", "saved", "bands reached", "reminders", "ctx_reduce",
+                   "ch2 delivered", "ch2 msgs", "brief rev", "brief hash", "starts")  # fmt: skip
 
 
 def _print_report(report: SwarmReport) -> None:
     console.print()
-    table = Table(title=f"report: {report.domain}, {report.elapsed_s:.0f}s", show_edge=False, title_justify="left")
-    columns = ("agent", "prompt", "full history", "saved", "bands reached", "reminders", "ctx_reduce",
-               "ch2 delivered", "ch2 msgs", "brief rev", "brief hash", "starts")  # fmt: skip
-    for name in columns:
-        table.add_column(name, justify="left" if name in ("agent", "bands reached", "brief hash") else "right")
+    title = f"report: {report.domain}, {report.elapsed_s:.0f}s"
     rows: list[tuple[str, list[str | Text]]] = []
     for a in report.agents:
         delivered = sum(c.lease == "delivered" for c in a.channel2_cycles)
@@ -281,8 +301,14 @@ def _print_report(report: SwarmReport) -> None:
         ]))  # fmt: skip
     for u in report.unreported:
         rows.append((u.agent, [Text(u.agent, style="red"), Text(f"no report ({u.state})", style="red")]))
-    for _, cells in sorted(rows, key=lambda row: _agent_number(row[0])):
-        table.add_row(*cells, *["-"] * (len(columns) - len(cells)))
+    rows.sort(key=lambda row: _agent_number(row[0]))
+    table = Table(title=title, show_edge=False, title_justify="left")
+    for name in _REPORT_COLUMNS:
+        table.add_column(name, justify="left" if name in _LEFT else "right")
+    for _, cells in rows:
+        table.add_row(*cells, *["-"] * (len(_REPORT_COLUMNS) - len(cells)))
+    if not _fits(table):
+        table = _report_records(title, [cells for _, cells in rows])
     console.print(table)
     reported, everyone = len(report.agents), len(report.agents) + len(report.unreported)
     scope = "every agent" if not report.unreported else f"every reporting agent ({reported} of {everyone})"
@@ -310,6 +336,28 @@ def _print_report(report: SwarmReport) -> None:
         console.print("[bold green]all invariants hold[/]")
     for failure in report.failures:
         console.print(f"[bold red]FAILED:[/] {escape(failure)}")
+
+
+def _report_records(title: str, rows: list[list[str | Text]]) -> Table:
+    """The report as one record per agent, its figures named in words: what a screen too
+    narrow for the table shows instead."""
+    grid = Table.grid(padding=(0, 2))
+    grid.title, grid.title_justify = title, "left"
+    grid.add_column(no_wrap=True)
+    grid.add_column()
+    for cells in rows:
+        if len(cells) < len(_REPORT_COLUMNS):  # an agent that never reported
+            grid.add_row(*cells)
+            continue
+        f = dict(zip(_REPORT_COLUMNS, cells, strict=True))
+        grid.add_row(
+            f["agent"],
+            f"prompt {f['prompt']} tokens, full history {f['full history']} ({f['saved']} saved)\n"
+            f"bands {f['bands reached']}; reminders {f['reminders']}; ctx_reduce {f['ctx_reduce']}\n"
+            f"ch2 delivered {f['ch2 delivered']}, ch2 msgs {f['ch2 msgs']}; "
+            f"brief rev {f['brief rev']}, hash {f['brief hash']}; starts {f['starts']}",
+        )
+    return grid
 
 
 def _agent_number(name: str) -> int:

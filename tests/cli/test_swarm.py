@@ -13,7 +13,7 @@ import pytest
 
 from agents.swarm import AgentResult, AgentStatus, Channel2Cycle, Note, SwarmConfig, SwarmReport, SwarmRunner, Tally
 from coordinator.cli._common import console
-from coordinator.cli._swarm_cmds import _print_events, _print_report
+from coordinator.cli._swarm_cmds import _live_table, _print_events, _print_report
 from schemas import Domain
 from tests.cli._procs import READ_TIMEOUT, Command
 
@@ -163,7 +163,7 @@ def _reported(name: str) -> AgentStatus:
 def test_the_report_has_a_row_for_an_agent_that_never_reported_and_says_who_agrees(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(console, "width", 300)  # the whole table, not the 80 columns of a pipe
+    monkeypatch.setattr(console, "width", 300)  # the whole table, whatever runs the tests
     statuses = [_reported("agent-1"), AgentStatus("agent-2", state="failed", exit_codes=[1]), _reported("agent-3")]
     report = SwarmReport.build(CONFIG, statuses, (15, "ab" * 32), elapsed=1.0)
     with console.capture() as capture:
@@ -176,6 +176,23 @@ def test_the_report_has_a_row_for_an_agent_that_never_reported_and_says_who_agre
     delivered, messages = header.index("ch2 delivered"), header.index("ch2 msgs")
     assert [(row[delivered].strip(), row[messages].strip()) for row in (rows[0], rows[2])] == [("1", "1")] * 2
     assert "brief: rev 15, hash abababababab, the same on every reporting agent (2 of 3)" in text
+
+
+def test_a_screen_too_narrow_for_the_tables_shows_every_name_and_figure_uncut(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(console, "width", 80)  # as on a terminal of 80 columns
+    monkeypatch.setattr(console, "soft_wrap", False)
+    statuses = [_reported("agent-1"), AgentStatus("agent-2", state="failed", exit_codes=[1])]
+    report = SwarmReport.build(CONFIG, statuses, (15, "ab" * 32), elapsed=1.0)
+    with console.capture() as capture:
+        _print_report(report)
+        console.print(_live_table(SwarmRunner(CONFIG)))
+    text = capture.get()
+    assert "…" not in text and max(map(len, text.splitlines())) <= 80, text
+    for figure in ("50,000", "230,000", "78% saved", "quiet > channel2", "abababababab", "no report (failed)"):
+        assert figure in text
+    assert "starting" in text and "brief rev" in text
 
 
 def _processes_using(path: Path) -> list[str]:
