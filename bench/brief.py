@@ -1,17 +1,17 @@
 """Shared-brief latency and throughput against raw NATS, in one run on the embedded server.
 
-    python bench/brief.py [--ops 2000] [--seconds 3]
+    python bench/brief.py [--ops 2000] [--seconds 3] [--agents 8]
 
-Coordinators and the 8 agents run in their own processes, as in production. Prints
+Coordinators and agents run in their own processes, as in production. Prints
 propose -> committed latency with 1 and 2 coordinators; commit -> applied at all of 8
-agents (from the moment the log stored the commit, by the server's clock, to the last
-agent applying it); commits/s per domain under 32 concurrent proposers; and in the same
-run raw JetStream publish+ack, raw request/reply to another process, raw fan-out to the
-same 8 agent processes (publish to the last receipt) and raw stored fan-out (store to
-the last receipt), with the ratios. A proposal is a request/reply around a publish+ack,
-so their sum is the floor of the commit ratio; stored fan-out is the floor of propagation.
-Each raw baseline alternates with what it is compared to, op by op, so that the drift
-of a shared machine hits both alike.
+agents, or of `--agents` (from the moment the log stored the commit, by the server's
+clock, to the last agent applying it); commits/s per domain under 32 concurrent
+proposers; and in the same run raw JetStream publish+ack, raw request/reply to another
+process, raw fan-out to the same agent processes (publish to the last receipt) and raw
+stored fan-out (store to the last receipt), with the ratios. A proposal is a
+request/reply around a publish+ack, so their sum is the floor of the commit ratio;
+stored fan-out is the floor of propagation. Each raw baseline alternates with what it
+is compared to, op by op, so that the drift of a shared machine hits both alike.
 Targets: commit median <= 2.5x publish+ack; propagation median <= 1.5x fan-out;
 >= 2,000 commits/s per domain.
 """
@@ -42,6 +42,7 @@ from bus import BriefLog, BriefState, BusConfig, EmbeddedServer, NatsClient, con
 from schemas import AddNote, AddPending, BriefOp, Commit, Committed, Complete, Domain, Proposal, apply  # noqa: E402
 
 FANOUT = 8
+"""Agent processes of the propagation figures, unless `--agents` says otherwise."""
 _PACE = 0.004
 """Seconds between messages of the propagation figures."""
 
@@ -67,10 +68,12 @@ class _RawPublisher:
         return time.perf_counter() - t0
 
 
-async def _propagation(client: NatsClient, url: str, ops: int) -> tuple[list[float], list[float], list[float]]:
-    """Raw fan-out, raw stored fan-out and commit -> applied, to the same 8 agent processes.
+async def _propagation(
+    client: NatsClient, url: str, ops: int, agents: int
+) -> tuple[list[float], list[float], list[float]]:
+    """Raw fan-out, raw stored fan-out and commit -> applied, to the same `agents` processes.
 
-    Each is timed from its origin to the last of the 8 agents: a raw message from the
+    Each is timed from its origin to the last of the agents: a raw message from the
     publish time it carries, a stored message and a commit from the time their stream
     stored them. Messages are paced, so each figure is the latency of one message, not of
     a queue. Stored fan-out shows what storing costs before anyone hears of a message
@@ -82,7 +85,7 @@ async def _propagation(client: NatsClient, url: str, ops: int) -> tuple[list[flo
             [sys.executable, str(ROOT / "bench" / "_propagation_worker.py"), url, str(domain), str(ops)],
             stdout=subprocess.PIPE,
         )
-        for _ in range(FANOUT)
+        for _ in range(agents)
     ]
     try:
         for worker in workers:
@@ -243,7 +246,7 @@ def _start_coordinator(url: str, index: int) -> subprocess.Popen[bytes]:
     return proc
 
 
-async def run(ops: int, seconds: float) -> None:
+async def run(ops: int, seconds: float, agents: int) -> None:
     async with EmbeddedServer() as server:
         url = server.url
         print(f"nats-server at {url} (sync_interval: {server.sync_interval}); {ops} ops per latency figure")
@@ -251,7 +254,7 @@ async def run(ops: int, seconds: float) -> None:
         await BriefLog(client).ensure()
         raw = _RawPublisher(client)
         await raw.ensure()
-        raw_fan, raw_stored, propagation = await _propagation(client, url, ops)
+        raw_fan, raw_stored, propagation = await _propagation(client, url, ops, agents)
 
         coordinators = [_start_coordinator(url, 0)]
         one, raw_one = await _latency(Proposer(client, _domain(), agent_id="bench"), raw, ops)
@@ -269,12 +272,12 @@ async def run(ops: int, seconds: float) -> None:
     pub_two, _ = summary("JetStream publish+ack (with 2)", raw_two)
     rr_med, _ = summary("request/reply to another process", requested)
     floor_pub, _ = summary("JetStream publish+ack (with it)", raw_floor)
-    fan_med, _ = summary(f"fan-out to {FANOUT} agent processes", raw_fan)
+    fan_med, _ = summary(f"fan-out to {agents} agent processes", raw_fan)
     stored_med, _ = summary("same, stored first (store -> all)", raw_stored)
     print("\nshared brief")
     one_med, _ = summary("propose -> committed, 1 coordinator", one)
     two_med, _ = summary("propose -> committed, 2 coordinators", two)
-    prop_med, _ = summary(f"commit stored -> applied, all {FANOUT}", propagation)
+    prop_med, _ = summary(f"commit stored -> applied, all {agents}", propagation)
     print(
         f"  {'commits/s, one domain, 32 proposers':<34} {rate:8.0f}   (target >= 2,000: {'met' if rate >= 2000 else 'MISSED'})"
     )
@@ -282,7 +285,7 @@ async def run(ops: int, seconds: float) -> None:
     ratio("commit (1 coord) / publish+ack", one_med, pub_one, 2.5)
     ratio("commit (2 coords) / publish+ack", two_med, pub_two, 2.5)
     ratio("  floor: request/reply + publish+ack", rr_med + floor_pub, floor_pub)
-    ratio(f"propagation / fan-out to {FANOUT}", prop_med, fan_med, 1.5)
+    ratio(f"propagation / fan-out to {agents}", prop_med, fan_med, 1.5)
     ratio("  floor: stored fan-out", stored_med, fan_med)
     ratio("propagation / stored fan-out", prop_med, stored_med)
 
@@ -291,8 +294,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ops", type=int, default=2000, help="operations per latency figure (default: %(default)s)")
     parser.add_argument("--seconds", type=float, default=3.0, help="throughput measurement time (default: %(default)s)")
+    parser.add_argument(
+        "--agents",
+        type=int,
+        default=FANOUT,
+        help="agent processes of the propagation figures; the targets are for %(default)s (default: %(default)s)",
+    )
     args = parser.parse_args()
-    run_async(run, args.ops, args.seconds)
+    if args.agents < 1 or args.ops < 1 or args.seconds <= 0:
+        parser.error("--agents and --ops must be at least 1, --seconds more than 0")
+    run_async(run, args.ops, args.seconds, args.agents)
 
 
 if __name__ == "__main__":
