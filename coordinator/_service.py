@@ -74,6 +74,7 @@ from schemas import (
     parse_proposal,
     render_brief,
     render_growth_bound,
+    resolve,
     triage,
 )
 
@@ -409,7 +410,13 @@ class Coordinator:
                 brief = apply_accepted(brief, commits[-1])
             verdict = triage(brief, pending.proposal)
             if verdict is None:
-                commit = Commit.of(pending.proposal, revision=brief.revision + 1, ts=time.time(), committed_by=self.id)
+                commit = Commit.of(
+                    pending.proposal,
+                    revision=brief.revision + 1,
+                    ts=time.time(),
+                    committed_by=self.id,
+                    resolved=resolve(brief, pending.proposal.op),
+                )
                 commits.append(commit)
                 verdict = Committed(revision=commit.revision)
             pending.reply = verdict

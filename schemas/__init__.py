@@ -55,7 +55,7 @@ from schemas._brief_ops import (
     op_fingerprint,
 )
 from schemas._brief_render import render_brief, render_growth_bound
-from schemas._brief_rules import ReplayError, applied_revision, apply, apply_accepted, triage, validate
+from schemas._brief_rules import ReplayError, applied_revision, apply, apply_accepted, resolve, triage, validate
 from schemas._brief_snapshot import BriefSnapshot
 from schemas._domain import DOMAIN_TOKEN_MAX, Domain, validate_token
 from schemas._envelope import DEFAULT_MAX_PAYLOAD, ENVELOPE_VERSION, SUPPORTED_VERSIONS, Envelope, MessageType
@@ -194,6 +194,7 @@ __all__ = [
     "parse_proposal",
     "render_brief",
     "render_growth_bound",
+    "resolve",
     "triage",
     "unique_id",
     "validate",

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import Annotated, Final, Literal, Self, TypeAlias
+from typing import Annotated, Any, Final, Literal, Self, TypeAlias
 
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import Field, SerializerFunctionWrapHandler, TypeAdapter, ValidationError, model_serializer
 
-from schemas._brief import AuthorId, BriefModel, DomainField, IdempotencyKey, Revision
+from schemas._brief import AuthorId, BriefModel, DomainField, IdempotencyKey, ItemId, Revision
 from schemas._brief_ops import AGENT_OPS, BriefOp
 from schemas._errors import describe_validation_error
 
@@ -69,9 +69,17 @@ class Commit(BriefModel):
     does not depend on it, so replicas agree even if a retried append changed it."""
     committed_by: AuthorId
     """Id of the coordinator that committed it."""
+    resolved: tuple[ItemId, ...] = ()
+    """Ids of the entries an op that names them by text was matched to when it was
+    committed: the rejections a `reopen` lifts (see `resolve`). Replicas act on these ids
+    rather than match the text again, which another Python's Unicode tables could do
+    differently. Empty for every other op, and in commits of earlier versions, which
+    replicas still match by text; left out of the wire form when empty."""
 
     @classmethod
-    def of(cls, proposal: Proposal, *, revision: int, ts: float, committed_by: str) -> Self:
+    def of(
+        cls, proposal: Proposal, *, revision: int, ts: float, committed_by: str, resolved: tuple[str, ...] = ()
+    ) -> Self:
         """The commit that records `proposal` at `revision`."""
         return cls(
             domain=proposal.domain,
@@ -81,7 +89,17 @@ class Commit(BriefModel):
             key=proposal.key,
             ts=ts,
             committed_by=committed_by,
+            resolved=resolved,
         )
+
+    @model_serializer(mode="wrap")
+    def _without_empty_resolved(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A replica of an earlier version refuses a commit with a field it does not know:
+        # only the commits that need `resolved` carry it.
+        data: dict[str, Any] = handler(self)
+        if not self.resolved:
+            del data["resolved"]
+        return data
 
 
 class CommitBatch(BriefModel):

@@ -47,7 +47,7 @@ from schemas._brief_ops import (
 )
 from schemas._errors import CtxbusError
 
-__all__ = ["ReplayError", "applied_revision", "apply", "apply_accepted", "triage", "validate"]
+__all__ = ["ReplayError", "applied_revision", "apply", "apply_accepted", "resolve", "triage", "validate"]
 
 _QUOTE_MAX: Final = 80
 _E = TypeVar("_E", bound=Entry)
@@ -141,15 +141,15 @@ def apply(brief: TaskBrief, commit: Commit) -> TaskBrief:
     if (
         applied_revision(brief, commit.author, commit.key) is not None
         or _closed(brief) is not None
-        or not _takes_effect(brief, commit.op)
+        or not _takes_effect(brief, commit)
     ):
         return brief.model_copy(update={"revision": commit.revision})
     return apply_accepted(brief, commit)
 
 
-def _takes_effect(brief: TaskBrief, op: BriefOp) -> bool:
-    """Whether the items `op` works on are there for it: what `_effect` relies on."""
-    match op:
+def _takes_effect(brief: TaskBrief, commit: Commit) -> bool:
+    """Whether the items the commit works on are there for it: what `_effect` relies on."""
+    match commit.op:
         case Complete(item_id=item_id):
             return _find(brief.pending, item_id) is not None
         case AddDecision(supersedes=str() as supersedes):
@@ -157,8 +157,22 @@ def _takes_effect(brief: TaskBrief, op: BriefOp) -> bool:
             return old is not None and old.superseded_by is None
         case FoldDone(item_ids=item_ids):
             return _check_fold(brief, item_ids) is None
+        case Reopen():
+            rejected = {r.id for r in brief.rejected}
+            return all(item_id in rejected for item_id in commit.resolved)
         case _:
             return True
+
+
+def resolve(brief: TaskBrief, op: BriefOp) -> tuple[str, ...]:
+    """Ids of the entries of `brief` that `op` names by text: the rejections a `reopen`
+    lifts. The coordinator records them in the commit (`Commit.resolved`)."""
+    match op:
+        case Reopen(option=option):
+            norm = normalize(option)
+            return tuple(r.id for r in brief.rejected if r.norm == norm)
+        case _:
+            return ()
 
 
 def apply_accepted(brief: TaskBrief, commit: Commit) -> TaskBrief:
@@ -168,7 +182,7 @@ def apply_accepted(brief: TaskBrief, commit: Commit) -> TaskBrief:
     (as `apply` must for commits read from the log) would only double the cost of each
     proposal. Anything else must call `apply`.
     """
-    changes = _effect(brief, commit.op, author=commit.author, rev=commit.revision)
+    changes = _effect(brief, commit.op, author=commit.author, rev=commit.revision, resolved=commit.resolved)
     keys = _remember(brief.applied_keys, commit.author, (commit.key, commit.revision, op_fingerprint(commit.op)))
     return brief.model_copy(update={**changes, "revision": commit.revision, "applied_keys": keys})
 
@@ -337,8 +351,9 @@ def _need_reason(action: str, reason: str) -> Rejection | None:
     return _no(Code.MISSING_REASON, f"{action} needs a reason; say why")
 
 
-def _effect(brief: TaskBrief, op: BriefOp, *, author: str, rev: int) -> dict[str, object]:
-    """The fields `op` changes, for `model_copy(update=...)`; `op` is known to be valid."""
+def _effect(brief: TaskBrief, op: BriefOp, *, author: str, rev: int, resolved: tuple[str, ...]) -> dict[str, object]:
+    """The fields `op` changes, for `model_copy(update=...)`; `op` is known to be valid,
+    and `resolved` names the entries it acts on if it names them by text."""
 
     def item(prefix: str, text: str) -> Item:
         return Item(id=f"{prefix}{rev}", author=author, rev=rev, text=text)
@@ -369,9 +384,12 @@ def _effect(brief: TaskBrief, op: BriefOp, *, author: str, rev: int) -> dict[str
         case Reject(option=option, reason=reason):
             rejected = RejectedOption(id=f"r{rev}", author=author, rev=rev, option=option, reason=reason)
             return {"rejected": (*brief.rejected, rejected)}
-        case Reopen(option=option):
+        case Reopen(option=option) if not resolved:  # committed by an earlier version
             norm = normalize(option)
             return {"rejected": tuple(r for r in brief.rejected if r.norm != norm)}
+        case Reopen():
+            lifted = set(resolved)
+            return {"rejected": tuple(r for r in brief.rejected if r.id not in lifted)}
         case AddConstraint(text=text):
             return {"constraints": (*brief.constraints, item("c", text))}
         case RemoveConstraint(item_id=item_id):

@@ -18,7 +18,7 @@ from schemas._brief_ops import (
     Reject,
     SetGoal,
 )
-from schemas._brief_rules import apply, triage
+from schemas._brief_rules import apply, resolve, triage
 
 DOMAIN = Domain.parse("alice/s1/t1")
 OTHER = Domain.parse("bob/s1/t1")
@@ -38,7 +38,9 @@ def submit(
     reply = triage(brief, proposal)
     if reply is not None:
         return brief, reply
-    commit = Commit.of(proposal, revision=brief.revision + 1, ts=1.0, committed_by="coord-1")
+    commit = Commit.of(
+        proposal, revision=brief.revision + 1, ts=1.0, committed_by="coord-1", resolved=resolve(brief, op)
+    )
     return apply(brief, commit), Committed(revision=commit.revision)
 
 

@@ -51,6 +51,7 @@ from schemas import (
     Reject,
     Rejection,
     RejectionCode,
+    Reopen,
     Reply,
     ReplyAdapter,
     SetGoal,
@@ -449,6 +450,18 @@ async def test_proposals_in_one_batch_are_judged_on_each_other(running: tuple[Na
     assert replies["2"] == Committed(revision=2)
     entries = [entry async for entry in BriefLog(client).txlog.read(subject(domain, Verb.TX))]
     assert [[c.key for c in commits_of(entry)] for entry in entries] == [["k0", "k2"]]
+
+
+async def test_a_reopen_is_committed_with_the_ids_of_the_rejections_it_lifts(
+    running: tuple[NatsClient, TaskGroup],
+) -> None:
+    client, _ = running
+    domain = fresh_domain()
+    agent = Proposer(client, domain, agent_id="a")
+    for op in (Reject(option="Redis lock", reason="no Redis"), Reopen(option="redis  LOCK", reason="Redis is in")):
+        assert isinstance(await agent.propose(op), Committed)
+    entries = [entry async for entry in BriefLog(client).txlog.read(subject(domain, Verb.TX))]
+    assert [c.resolved for entry in entries for c in commits_of(entry)] == [(), ("r1",)]
 
 
 async def test_a_stale_coordinator_does_not_refuse_what_another_committed(

@@ -31,7 +31,7 @@ from schemas._brief_ops import (
     ResolveBlocker,
     SetGoal,
 )
-from schemas._brief_rules import ReplayError, applied_revision, apply, apply_accepted, triage, validate
+from schemas._brief_rules import ReplayError, applied_revision, apply, apply_accepted, resolve, triage, validate
 from schemas._brief_snapshot import BriefSnapshot
 from tests.brief.helpers import DOMAIN, OTHER, accept, seeded, words
 
@@ -85,6 +85,48 @@ def test_a_policy_rule_is_not_judged_again_on_replay() -> None:
         assert validate(brief, op) is not None
         after = apply(brief, _commit(brief, op))
         assert after == apply_accepted(brief, _commit(brief, op)) and after.revision == brief.revision + 1
+
+
+def test_a_reopen_lifts_the_rejections_its_commit_names_however_the_replica_normalizes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The coordinator matched the option to rejection ids; a replica whose `normalize`
+    differs (another Python's Unicode tables) still lifts exactly those."""
+    brief = seeded()
+    op = Reopen(option="LOCAL  lock + unique index", reason="the index is per domain")
+    proposal = Proposal(domain=brief.domain, author="agent-a", op=op, key="k-reopen")
+    resolved = Commit.of(proposal, revision=brief.revision + 1, ts=2.0, committed_by="c", resolved=resolve(brief, op))
+    assert resolved.resolved == (brief.rejected[0].id,)
+    expected = apply(brief, resolved)
+    assert expected.rejected == brief.rejected[1:]
+
+    unlike = str.strip  # no case folding, no collapsing of spaces
+    monkeypatch.setattr("schemas._brief.normalize", unlike)
+    monkeypatch.setattr("schemas._brief_rules.normalize", unlike)
+    assert apply(brief, resolved) == expected
+    by_text = resolved.model_copy(update={"resolved": ()})  # as an earlier version committed it
+    assert apply(brief, by_text).rejected == brief.rejected, "matching the text again lifts nothing here"
+
+
+def test_a_reopen_naming_a_rejection_that_is_not_there_only_advances_the_revision() -> None:
+    brief = seeded()
+    commit = _commit(brief, Reopen(option=brief.rejected[0].option, reason="r")).model_copy(
+        update={"resolved": ("r999",)}
+    )
+    assert apply(brief, commit) == brief.model_copy(update={"revision": brief.revision + 1})
+
+
+def test_only_a_commit_that_resolved_something_carries_it_on_the_wire() -> None:
+    """A replica of an earlier version refuses a field it does not know: every other
+    commit keeps the form it had."""
+    brief = seeded()
+    plain = _commit(brief, AddNote(text="x"))
+    assert "resolved" not in plain.model_dump(mode="json")
+    reopen = Reopen(option=brief.rejected[0].option, reason="r")
+    proposal = Proposal(domain=brief.domain, author="agent-a", op=reopen, key="k")
+    commit = Commit.of(proposal, revision=brief.revision + 1, ts=2.0, committed_by="c", resolved=resolve(brief, reopen))
+    wire = msgpack.packb(commit.model_dump(mode="json"))
+    assert Commit.model_validate(msgpack.unpackb(wire)) == commit and commit.resolved
 
 
 def test_commit_with_a_remembered_key_only_advances_the_revision() -> None:
@@ -237,7 +279,11 @@ def coordinated(draw: st.DrawFn) -> tuple[TaskBrief, list[Commit]]:
             assert reply.duplicate and applied_revision(brief, author, key) == reply.revision
         if reply is not None:
             continue
-        commit = Commit.of(proposal, revision=brief.revision + 1, ts=float(len(log)), committed_by="c")
+        # Some commits come from an earlier version, which did not resolve reopens to ids.
+        resolved = resolve(brief, op) if draw(FLIP) else ()
+        commit = Commit.of(
+            proposal, revision=brief.revision + 1, ts=float(len(log)), committed_by="c", resolved=resolved
+        )
         before, brief = brief, apply(brief, commit)
         log.append(commit)
         if isinstance(op, FoldDone):
