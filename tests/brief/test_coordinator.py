@@ -23,6 +23,7 @@ from bus import (
     BriefState,
     BusConfig,
     BusUnavailable,
+    LogEntry,
     NatsClient,
     Verb,
     commits_of,
@@ -135,6 +136,11 @@ async def _forget_log_through(client: NatsClient, domain: Domain, seq: int) -> N
     """Delete the domain's log entries up to stream sequence `seq`: from then on only a
     reader that starts after `seq` (from a snapshot or a saved state) rebuilds the brief."""
     await client.jetstream().purge_stream(TX_STREAM, subject=subject(domain, Verb.TX), seq=seq + 1)
+
+
+async def _log_entries(client: NatsClient, domain: Domain) -> list[LogEntry]:
+    """Every entry of the domain's log now, in order."""
+    return [entry async for entry in BriefLog(client).txlog.read(subject(domain, Verb.TX))]
 
 
 async def test_late_joiner_uses_the_snapshot_and_resumes_without_full_replay(
@@ -421,7 +427,7 @@ async def test_concurrent_proposals_are_committed_in_batches(running: tuple[Nats
         async with anyio.create_task_group() as tg:
             for n in range(32):
                 tg.start_soon(propose_five, Proposer(client, domain, agent_id=f"a{n}"))
-    entries = [entry async for entry in BriefLog(client).txlog.read(subject(domain, Verb.TX))]
+    entries = await _log_entries(client, domain)
     revisions = [commit.revision for entry in entries for commit in commits_of(entry)]
     assert revisions == list(range(1, 161))
     assert len(entries) < 160, "proposals waiting on a domain go into one log entry"
@@ -448,7 +454,7 @@ async def test_proposals_in_one_batch_are_judged_on_each_other(running: tuple[Na
     assert replies["0"] == Committed(revision=1)
     assert isinstance(replies["1"], Rejection) and replies["1"].code is RejectionCode.DUPLICATE
     assert replies["2"] == Committed(revision=2)
-    entries = [entry async for entry in BriefLog(client).txlog.read(subject(domain, Verb.TX))]
+    entries = await _log_entries(client, domain)
     assert [[c.key for c in commits_of(entry)] for entry in entries] == [["k0", "k2"]]
 
 
@@ -460,7 +466,7 @@ async def test_a_reopen_is_committed_with_the_ids_of_the_rejections_it_lifts(
     agent = Proposer(client, domain, agent_id="a")
     for op in (Reject(option="Redis lock", reason="no Redis"), Reopen(option="redis  LOCK", reason="Redis is in")):
         assert isinstance(await agent.propose(op), Committed)
-    entries = [entry async for entry in BriefLog(client).txlog.read(subject(domain, Verb.TX))]
+    entries = await _log_entries(client, domain)
     assert [c.resolved for entry in entries for c in commits_of(entry)] == [(), ("r1",)]
 
 
@@ -506,7 +512,7 @@ async def test_a_coordinator_holding_too_many_proposals_answers_busy(nats_url: s
         async with anyio.create_task_group() as tg:
             for i in range(8):
                 tg.start_soon(retry, i)
-        entries = [entry async for entry in BriefLog(client).txlog.read(subject(domain, Verb.TX))]
+        entries = await _log_entries(client, domain)
         assert sorted(commit.key for entry in entries for commit in commits_of(entry)) == [f"k{i}" for i in range(8)]
 
 
@@ -533,7 +539,7 @@ async def test_a_batch_too_large_for_one_log_entry_is_split_and_all_of_it_commit
                 replies[msg.subject.rsplit(".", 1)[1]] = ReplyAdapter.validate_python(Envelope.decode(msg.data).body)
         await answers.unsubscribe()
         status = json.loads(await request(client, STATUS_SUBJECT, b"", timeout=5))
-        entries = [entry async for entry in BriefLog(client).txlog.read(subject(domain, Verb.TX))]
+        entries = await _log_entries(client, domain)
     assert all(isinstance(reply, Committed) for reply in replies.values()), replies
     assert sorted(reply.revision for reply in replies.values() if isinstance(reply, Committed)) == list(
         range(1, count + 1)
