@@ -256,8 +256,9 @@ def _invisible_field(op: BriefOp) -> str | None:
     entries an earlier version stored, and a replica that cannot read one entry of the
     log cannot read past it.
     """
+    fields = type(op).model_fields
     for name in ("text", "option"):
-        value = getattr(op, name, None)
+        value = getattr(op, name) if name in fields else None  # a missing one costs pydantic an exception
         if isinstance(value, str) and not (value.isascii() and value.isprintable()) and not normalize(value):
             return name
     return None
