@@ -75,7 +75,7 @@ class CoordinatorConfig:
     coordinator creates: 3 on a 3-node cluster. An existing stream is never cut down."""
     brief_budget_tokens: int | None = None
     """Token budget of the rendered brief; over it, old done items are folded. None: no
-    budget (the `ctxbus` commands default to `DEFAULT_BRIEF_BUDGET`)."""
+    budget (the `ctxbus` commands default to `DEFAULT_BRIEF_BUDGET`). Needs `count_tokens`."""
     count_tokens: Callable[[str], int] | None = None
     """Token counter for the budget (injected: the coordinator does not own a tokenizer).
     The commands pass `Tokenizer.count_lines`: a commit changes a line or two of the
@@ -104,3 +104,8 @@ class CoordinatorConfig:
                 raise UsageError(f"{name} must be zero or more seconds, got {getattr(self, name)!r}")
         if self.brief_budget_tokens is not None and not self.brief_budget_tokens >= 1:
             raise UsageError(f"brief_budget_tokens must be at least 1, got {self.brief_budget_tokens!r}")
+        if self.brief_budget_tokens is not None and self.count_tokens is None:
+            raise UsageError(
+                "brief_budget_tokens needs count_tokens to measure the brief with "
+                "(e.g. agents.context.Tokenizer.load().count_lines); without it the budget is never checked"
+            )

@@ -119,6 +119,8 @@ class _Domain:
     fold_room: int = 0
     """Tokens the brief can still grow by, by `render_growth_bound`, before its budget is
     checked again (0 or less: check at the next commit)."""
+    over_budget_told: bool = False
+    """Whether the log told that folding cannot bring the brief within its budget."""
     purge_scheduled: bool = False
     owner: str | None = None
     """Another coordinator this domain's proposals are passed to, see `_forward`."""
@@ -472,16 +474,13 @@ class Coordinator:
         if budget is None or count is None or cached.fold_room > 0:
             return
         tokens = count(render_brief(cached.state.brief))
-        cached.fold_room = budget - tokens
-        if cached.fold_room >= 0:
-            return
         # Down to three quarters of the budget: folding just under the line would fold
         # again a few commits later.
-        op = fold_done_op(cached.state.brief, budget - budget // 4, count, counted=tokens)
-        if op is None:  # over budget with nothing (more) to fold: count again after some growth
-            cached.fold_room = budget // 8
+        op = None if tokens <= budget else fold_done_op(cached.state.brief, budget - budget // 4, count, counted=tokens)
+        if op is None:
+            self._leave_room(cached, budget, tokens)
             return
-        cached.fold_room = 0  # count the folded brief at the next commit
+        cached.fold_room = 0  # whatever happens below, count again at the next commit
         proposal = Proposal(
             domain=cached.state.domain,
             author=f"{self.id}{FOLD_AUTHOR_SUFFIX}",
@@ -500,6 +499,30 @@ class Coordinator:
         except BusError as exc:  # the brief stays over budget until the next commit folds it
             self.metrics.error(f"fold of {cached.state.domain} failed: {exc}")
             log.warning("fold of %s failed: %s", cached.state.domain, exc)
+            return
+        self._leave_room(cached, budget, count(render_brief(cached.state.brief)))
+
+    def _leave_room(self, cached: _Domain, budget: int, tokens: int) -> None:
+        """Set how far the brief, now at `tokens`, may grow before it is counted again.
+
+        Over budget with no done item left to fold, it is kept there by what is never
+        folded: it is counted again only after some growth (and the log says so, once),
+        rather than folded after every completion, a log entry each time.
+        """
+        cached.fold_room = budget - tokens
+        if cached.fold_room >= 0 or cached.state.brief.done:
+            return  # within budget, or more to fold (a fold takes `FOLD_MAX` at most) next time
+        cached.fold_room = budget // 8
+        if not cached.over_budget_told:
+            cached.over_budget_told = True
+            log.warning(
+                "the brief of %s is %d tokens with every done item folded, over its budget of %d: "
+                "pending items, decisions, rejections and constraints are never folded; give "
+                "coordinators a larger budget (--brief-budget)",
+                cached.state.domain,
+                tokens,
+                budget,
+            )
 
     async def _snapshot(self, state: BriefState) -> None:
         try:

@@ -640,6 +640,35 @@ async def test_a_brief_well_within_its_budget_is_not_counted_on_every_commit(nat
     assert 1 <= len(counted) <= 3, counted
 
 
+def test_a_brief_budget_without_a_counter_is_refused_up_front() -> None:
+    with pytest.raises(UsageError, match="brief_budget_tokens needs count_tokens"):
+        CoordinatorConfig(brief_budget_tokens=4_000)
+
+
+async def test_a_brief_kept_over_budget_by_what_is_never_folded_is_not_folded_after_each_completion(
+    nats_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Pending items alone are over the budget: folding every done item cannot help, so
+    the coordinator says so once and folds again only after some growth."""
+    budget, tasks = 2_000, 40
+    domain = fresh_domain()
+    config = {"coordinator_id": "c-over", "brief_budget_tokens": budget, "count_tokens": words}
+    question = " ".join(["word"] * 20)
+    async with running_coordinator(nats_url, **config) as (client, _):
+        agent = Proposer(client, domain, agent_id="a")
+        for i in range(100):
+            assert isinstance(await agent.propose(AddPending(text=f"{question} {i}")), Committed)
+        for i in range(tasks):
+            reply = await agent.propose(AddPending(text=f"task {i}"))
+            assert isinstance(reply, Committed)
+            assert isinstance(await agent.propose(Complete(item_id=f"p{reply.revision}", outcome="ok")), Committed)
+        entries = await _log_entries(client, domain)
+    folds = sum(commit.op.op == "fold_done" for entry in entries for commit in commits_of(entry))
+    assert 1 <= folds <= tasks // 2, f"{folds} folds for {tasks} completions"
+    told = [r.getMessage() for r in caplog.records if "with every done item folded" in r.getMessage()]
+    assert len(told) == 1 and f"over its budget of {budget}" in told[0], told
+
+
 class _FailsFirstBatch(Coordinator):
     """A coordinator whose first batch fails as if the log were away (ours to break, not
     a stand-in for a dependency: the bus and server under it are real)."""
