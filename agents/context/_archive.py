@@ -120,14 +120,13 @@ def read_lines(content: str, *, tag: int, lines: tuple[int, int | None] | None =
     but it must start on a line the message has.
 
     :raises LinesPastTheEnd: for a range that starts after the last line.
-    :raises UsageError: for an empty or inverted range, or a query with no words.
+    :raises UsageError: for a range that is not two whole line numbers (an empty or
+        inverted one too), or a query with no words.
     """
     all_lines = content.splitlines()
     unshown = 0
     if lines is not None:
-        start, end = lines
-        if start < 1 or (end is not None and end < start):
-            raise UsageError(f"line range must be 1 <= start <= end, got {lines!r}")
+        start, end = _line_range(lines)
         if start > len(all_lines):
             raise LinesPastTheEnd(tag, len(all_lines), start)
         picked = list(enumerate(all_lines[start - 1 : end], start))
@@ -146,6 +145,20 @@ def read_lines(content: str, *, tag: int, lines: tuple[int, int | None] | None =
     if unshown:
         numbered += f"\n(and {unshown:,} more matching lines: narrow the query, or read a line range)"
     return numbered
+
+
+def _line_range(lines: object) -> tuple[int, int | None]:
+    """`lines` as (start, end): whole line numbers with 1 <= start <= end, or end None.
+
+    :raises UsageError: naming `lines` and the form expected.
+    """
+    match lines:
+        case (int() as start, int() | None as end) if start >= 1 and (end is None or end >= start):
+            return start, end
+    raise UsageError(
+        f"line range must be (start, end) with whole line numbers 1 <= start <= end, or (start, None) "
+        f"to read to the last line; got {lines!r:.60}"
+    )
 
 
 def index_pending(conn: sqlite3.Connection, domain: str, after: int) -> int:

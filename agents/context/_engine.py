@@ -183,10 +183,12 @@ class LocalContext:
 
         :raises UnknownReference: if no message has that tag or id.
         """
+        self._check_open()
         return self._resolve(ref).to_message()
 
     def messages(self) -> list[Message]:
         """Every message of this agent, oldest first (whatever layer it is in)."""
+        self._check_open()
         return [e.to_message() for e in self._state.entries]
 
     # -- compose / inspect -------------------------------------------------------------
@@ -222,6 +224,7 @@ class LocalContext:
 
         With no compose since open, composes with no user input first.
         """
+        self._check_open()
         if self._last is None:
             self.compose()
         assert self._last is not None
@@ -264,7 +267,7 @@ class LocalContext:
 
     def tail(self) -> list[TailItem]:
         """The rendered rolling tail, oldest first, with what tail hygiene needs."""
-        self._state.classify_pending()
+        self._settle()
         visible = [e for e in self._state.rolling if e.kind in self._mode.kinds]
         protected = protected_units(visible, self.config.protected_recent)
         return [
@@ -272,17 +275,24 @@ class LocalContext:
             for e in visible
         ]
 
-    def drop(self, tags: Iterable[int]) -> list[int]:
+    def drop(self, tags: int | str | Iterable[int | str]) -> list[int]:
         """Replace rolling messages by a `[dropped §N§]` placeholder (`ctx_reduce`).
 
         The full text stays readable and searchable. Messages not in rolling or already
         dropped are skipped; the tags actually dropped are returned. Protection policy is
         the caller's: this drops what it is told to.
 
-        :raises UnknownReference: if a tag names no message (nothing is dropped then).
+        :param tags: one reference (a tag `12`, `"12"` or `"§12§"`, or a message id) or an
+            iterable of them. A str is one reference, never its characters.
+        :raises UnknownReference: if a reference names no message, or is not a tag or id
+            (nothing is dropped then).
         """
         self._settle()
-        entries = [self._resolve(tag) for tag in tags]
+        # A str (or bytes) is one reference: iterating it would take "12" as §1§ and §2§.
+        refs: Iterable[object] = (
+            [tags] if isinstance(tags, str | bytes | bytearray) or not isinstance(tags, Iterable) else tags
+        )
+        entries = [self._resolve(ref) for ref in refs]
         done: list[int] = []
         for e in entries:
             if e.layer != "rolling" or e.state == "dropped":
@@ -482,18 +492,25 @@ class LocalContext:
             "records": [[r.source_tag, r.text, r.tokens] for r in st.records.values()],
         }
 
-    def _resolve(self, ref: int | str) -> Entry:
+    def _resolve(self, ref: object) -> Entry:
+        """The entry `ref` names: a tag (`12`, `"12"`, `"§12§"`) or a message id.
+
+        :raises UnknownReference: if `ref` is none of those, or no message has it.
+        """
+        if isinstance(ref, bool) or not isinstance(ref, int | str):
+            raise UnknownReference(
+                f"{ref!r:.60} ({type(ref).__name__}) is not a message reference; "
+                "expected a tag (12, '12', '§12§') or a message id"
+            )
         entry: Entry | None = None
-        if isinstance(ref, int) and not isinstance(ref, bool):
+        if isinstance(ref, int):
             entry = self._state.entry(ref)
-        elif isinstance(ref, str):
-            match = _REF.match(ref)
-            if match:
-                entry = self._state.entry(int(match.group(1)))
-            elif "-" in ref:
-                tag = ref.rsplit("-", 1)[1]
-                found = self._state.entry(int(tag)) if tag.isdigit() else None
-                entry = found if found is not None and found.id == ref else None
+        elif match := _REF.match(ref):
+            entry = self._state.entry(int(match.group(1)))
+        elif "-" in ref:
+            tag = ref.rsplit("-", 1)[1]
+            found = self._state.entry(int(tag)) if tag.isdigit() else None
+            entry = found if found is not None and found.id == ref else None
         if entry is None:
             raise UnknownReference(f"no message with tag or id {ref!r} (tags run 1..{len(self._state.entries)})")
         return entry
@@ -527,8 +544,14 @@ _ADD_FIELDS = frozenset(inspect.signature(LocalContext.add).parameters) - {"self
 def _message_fields(item: Mapping[str, Any]) -> dict[str, Any]:
     """`add`'s keyword arguments from one `extend` item, fully checked.
 
-    :raises InvalidMessage: for a missing or unknown key, or an unusable value.
+    :raises InvalidMessage: for an item that is not a mapping, a missing or unknown key,
+        or an unusable value.
     """
+    if not isinstance(item, Mapping):
+        raise InvalidMessage(
+            f"message {item!r:.60} is a {type(item).__name__}; expected a mapping of add's "
+            "parameters, such as {'role': 'user', 'content': '...'}"
+        )
     fields = dict(item)
     for required in ("role", "content"):
         if required not in fields:

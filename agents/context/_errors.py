@@ -55,7 +55,8 @@ class InputTooLarge(UsageError):
 
 
 class UnknownReference(UsageError):
-    """Raised when `read` or `drop` names a tag or id that no message has."""
+    """Raised when `read` or `drop` names a tag or id that no message has, or passes
+    something that is not a tag or id."""
 
 
 class UnknownMode(UsageError):

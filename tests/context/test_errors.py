@@ -123,14 +123,13 @@ def test_input_too_large_gives_advice_that_works() -> None:
         ({"role": "user", "content": "hi", "colour": "red"}, ["unknown key", "'colour'"]),
         ({"role": "user"}, ["no 'content'"]),
         ({"role": "user", "content": "hi", "importance": 7}, ["importance", "7"]),
+        (("user", "hi"), ["('user', 'hi')", "tuple", "mapping"]),
     ],
 )
-def test_extend_checks_every_item_before_adding_any(
-    make_ctx: MakeContext, bad: dict[str, object], words: list[str]
-) -> None:
+def test_extend_checks_every_item_before_adding_any(make_ctx: MakeContext, bad: object, words: list[str]) -> None:
     ctx = make_ctx()
     with pytest.raises(InvalidMessage) as info:
-        ctx.extend([{"role": "user", "content": "first"}, bad])
+        ctx.extend([{"role": "user", "content": "first"}, bad])  # type: ignore[list-item]
     for word in words:
         assert word in str(info.value)
     assert ctx.next_tag == 1, "a refused batch adds nothing"
@@ -148,3 +147,41 @@ def test_closed_context_refuses_state_and_snapshots(make_ctx: MakeContext) -> No
         ctx.get_state("nudges.band")
     with pytest.raises(ContextClosed):
         ctx.snapshots()
+
+
+@pytest.mark.parametrize(("method", "args"), [("message", (1,)), ("messages", ()), ("tail", ()), ("inspect", ())])
+def test_closed_context_refuses_reads_too(make_ctx: MakeContext, method: str, args: tuple[object, ...]) -> None:
+    ctx = make_ctx()
+    ctx.add("user", "hello")
+    ctx.compose()  # so inspect has a composition it could return
+    ctx.close()
+    with pytest.raises(ContextClosed, match="is closed"):
+        getattr(ctx, method)(*args)
+
+
+@pytest.mark.parametrize(
+    ("bad", "named"),
+    [
+        (1.5, "1.5 (float)"),
+        (None, "None (NoneType)"),
+        (True, "True (bool)"),
+        (b"12", "b'12' (bytes)"),
+        ([2, 1.5], "1.5"),
+    ],
+)
+def test_drop_refuses_what_is_not_a_reference_naming_it(make_ctx: MakeContext, bad: object, named: str) -> None:
+    ctx = make_ctx()
+    ctx.extend({"role": "assistant", "content": f"step {i}"} for i in range(60))  # b"12" must not drop §49§, §50§
+    with pytest.raises(UnknownReference, match="not a message reference; expected a tag") as info:
+        ctx.drop(bad)  # type: ignore[arg-type]
+    assert str(info.value).startswith(named)
+    assert all(m.state == "active" for m in ctx.messages()), "a refused drop drops nothing"
+
+
+@pytest.mark.parametrize("lines", [(1.5, 2), ("1", "2"), 3, (1,), (1, "end")])
+def test_read_refuses_a_line_range_that_is_not_two_line_numbers(make_ctx: MakeContext, lines: object) -> None:
+    ctx = make_ctx()
+    ctx.add("user", "one line")
+    with pytest.raises(UsageError, match=r"line range must be \(start, end\) with whole line numbers") as info:
+        ctx.read(1, lines=lines)  # type: ignore[arg-type]
+    assert f"got {lines!r}" in str(info.value)

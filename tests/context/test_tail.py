@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import agents.nudges
 from agents.context import drop_placeholder
 from tests.context.conftest import MakeContext
@@ -56,3 +58,18 @@ def test_the_placeholder_the_tail_walk_recognises_is_the_one_drop_writes(make_ct
     shown = [item.text for view in ctx.inspect() for item in view.items if item.tag == result]
     assert shown == [drop_placeholder(result)]
     assert agents.nudges.is_drop_placeholder(shown[0])
+
+
+@pytest.mark.parametrize("ref", [12, "12", "§12§", " 12 "])
+def test_drop_takes_a_single_reference_as_one_tag(make_ctx: MakeContext, ref: int | str) -> None:
+    ctx = make_ctx()
+    ctx.extend({"role": "assistant", "content": f"step {i}"} for i in range(12))
+    assert ctx.drop(ref) == [12], "a str is one reference, not one tag per character"
+    assert [m.tag for m in ctx.messages() if m.state == "dropped"] == [12]
+
+
+def test_drop_takes_a_message_id_and_a_mixed_list(make_ctx: MakeContext) -> None:
+    ctx = make_ctx()
+    ctx.extend({"role": "assistant", "content": f"step {i}"} for i in range(12))
+    assert ctx.drop(ctx.message(11).id) == [11]
+    assert ctx.drop([3, "§4§", "12"]) == [3, 4, 12]
