@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +47,7 @@ from agents.runtime._saved import (
 )
 from agents.runtime._tail import FINAL_KINDS, TailAdapter
 from bus import BusError, Leases, NatsClient, PidLock
-from schemas import BriefOp, Domain, Presence, Reply, TaskBrief
+from schemas import BriefOp, Domain, Presence, Reply, TaskBrief, UsageError
 
 __all__ = ["Agent", "AgentConfig"]
 
@@ -61,11 +62,17 @@ class AgentConfig:
 
     agent_id: str
     domain: Domain
+    """The task; `'user/session/task'` is parsed into one."""
     store: Path
     """The agent's SQLite file: context, archive, nudge state, saved brief."""
     context: ContextConfig = field(default_factory=ContextConfig)
     heartbeat: float = DEFAULT_HEARTBEAT
     channel2: Channel2LeaseConfig = field(default_factory=Channel2LeaseConfig)
+
+    def __post_init__(self) -> None:
+        # Here rather than deep in the constructor, where a string fails as an AttributeError.
+        object.__setattr__(self, "domain", Domain.of(self.domain))
+        object.__setattr__(self, "store", Path(self.store))
 
 
 @dataclass(frozen=True)
@@ -130,6 +137,9 @@ class Agent:
             self._measure: TailMeasure | None = None
             self._reduces_unrecorded = 0
             """ctx_reduce calls that queued drops and whose result is not recorded yet."""
+            self._running: anyio.CancelScope | None = None
+            """The scope of `run` while it runs: `close` ends it."""
+            self._closed = False
             self._measure_tail()  # a restarted agent shows its band before its next tool call
             undo.pop_all()
 
@@ -139,16 +149,36 @@ class Agent:
     # -- lifecycle -----------------------------------------------------------------------
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Join the brief, start the heartbeat, report ready; run until cancelled."""
-        await self._leases.ensure()
-        async with anyio.create_task_group() as tg:
-            await tg.start(self.replica.run)
-            await tg.start(self._beacon.run)
-            task_status.started()
-            await anyio.sleep_forever()
+        """Join the brief, start the heartbeat, report ready; run until cancelled or closed.
+
+        :raises UsageError: if the agent runs already, or was closed.
+        """
+        if self._closed:
+            raise UsageError(f"agent {self.id} is closed; make a new Agent to run it again")
+        if self._running is not None:
+            raise UsageError(f"agent {self.id} is running already: one run() per Agent")
+        with anyio.CancelScope() as self._running:
+            try:
+                await self._leases.ensure()
+                async with anyio.create_task_group() as tg:
+                    await tg.start(self.replica.run)
+                    await tg.start(self._beacon.run)
+                    task_status.started()
+                    await anyio.sleep_forever()
+            finally:
+                self._running = None
 
     def close(self) -> None:
-        """Save what a restart needs, close the store and let another process have it."""
+        """Stop `run` (the brief replica and the heartbeat), save what a restart needs,
+        close the store and let another process have it. Closing again does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._running is not None:
+            # Outside its event loop (a sync teardown after `run`'s loop stopped) there is
+            # nothing to cancel from here: whoever runs that loop ends `run` with it.
+            with contextlib.suppress(RuntimeError):
+                self._running.cancel()
         try:
             self._save_brief()
             self.context.close()
@@ -262,7 +292,12 @@ class Agent:
         return self.replica.brief
 
     async def propose(self, op: BriefOp, *, key: str | None = None) -> Reply:
-        """Propose a change to the shared brief; safe to retry with the same `key`."""
+        """Propose a change to the shared brief; safe to retry with the same `key`.
+
+        :raises UsageError: if the agent was closed.
+        """
+        if self._closed:
+            raise UsageError(f"agent {self.id} is closed; it proposes nothing more")
         return await self.proposer.propose(op, key=key)
 
     # -- status --------------------------------------------------------------------------
@@ -325,8 +360,14 @@ def _lock_store(config: AgentConfig) -> PidLock:
     except OSError as exc:
         raise StoreError(f"cannot lock the agent store {config.store}: {exc.strerror or exc}") from exc
     if not taken:
+        holder = lock.holder()
+        if holder == str(os.getpid()):
+            raise StoreError(
+                f"the store of agent {config.agent_id!r} ({config.store}) is open already in this "
+                "process, by another Agent: close that one first, or give this one another name"
+            )
         raise StoreError(
             f"the store of agent {config.agent_id!r} ({config.store}) is in use by another process "
-            f"(pid {lock.holder()}); run one process per agent name, or give this one another"
+            f"(pid {holder}); run one process per agent name, or give this one another"
         )
     return lock

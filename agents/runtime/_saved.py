@@ -111,7 +111,7 @@ def apply_queued_drops(context: LocalContext, tags: Iterable[int]) -> None:
     save_queued_drops(context, ())
 
 
-def inspect_store(path: Path, domain: Domain) -> tuple[LayerView, ...]:
+def inspect_store(path: Path | str, domain: Domain | str) -> tuple[LayerView, ...]:
     """What the agent's model would see at its next compose, layer by layer.
 
     Works on a consistent copy of the store (SQLite's backup API), so a running agent's
@@ -120,6 +120,7 @@ def inspect_store(path: Path, domain: Domain) -> tuple[LayerView, ...]:
 
     :raises StoreError: if there is no store at `path`, or its saved settings are unusable.
     """
+    path = Path(path)
     if not path.is_file():
         raise StoreError(f"no agent store at {path}")
     with tempfile.TemporaryDirectory(prefix="ctxbus-inspect-") as tmp:

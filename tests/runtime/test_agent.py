@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import os
 import re
+import subprocess
+import sys
 import threading
 import uuid
 from collections import defaultdict
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import pytest
 from anyio.abc import TaskGroup
 
@@ -21,7 +23,7 @@ from agents.context import ContextConfig, LocalContext, StoreError
 from agents.nudges import Channel2LeaseConfig, Delivery, DeliveryOutcome, SqliteNudgeStateStore
 from agents.runtime import Agent, AgentConfig
 from bus import NatsClient
-from schemas import AddConstraint, Committed, CtxbusError, Domain, Reject
+from schemas import AddConstraint, Committed, CtxbusError, Domain, InvalidDomain, Reject, UsageError
 from tests._support import running_coordinator
 from tests.runtime._agents import Agents
 
@@ -251,11 +253,58 @@ async def test_context_and_nudge_state_stay_on_the_event_loop_thread(
 async def test_one_process_per_agent_store(nats_client: NatsClient, agents: Agents, tmp_path: Path) -> None:
     domain = Domain.parse(f"rt/s4/{uuid.uuid4().hex[:8]}")
     first = agents.open(nats_client, _config(domain, tmp_path))
-    with pytest.raises(StoreError, match=rf"store of agent 'a1' .* is in use by another process \(pid {os.getpid()}\)"):
+    with pytest.raises(StoreError, match=r"store of agent 'a1' .* is open already in this process, by another Agent"):
         agents.open(nats_client, _config(domain, tmp_path))
     agents.close(agents.open(nats_client, _config(domain, tmp_path, name="a2")))  # another name has its own store
     agents.close(first)
     agents.close(agents.open(nats_client, _config(domain, tmp_path)))  # free again once closed
+
+
+async def test_a_store_another_process_holds_is_refused_naming_it(
+    nats_client: NatsClient, agents: Agents, tmp_path: Path
+) -> None:
+    config = _config(Domain.parse(f"rt/s4/{uuid.uuid4().hex[:8]}"), tmp_path)
+    hold = "import sys, time; from bus import PidLock; PidLock(__import__('pathlib').Path(sys.argv[1])).acquire(); print('held', flush=True); time.sleep(60)"
+    with subprocess.Popen(
+        [sys.executable, "-c", hold, f"{config.store}.lock"], stdout=subprocess.PIPE, text=True
+    ) as holder:
+        try:
+            assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+            with pytest.raises(StoreError, match=rf"is in use by another process \(pid {holder.pid}\)"):
+                agents.open(nats_client, config)
+        finally:
+            holder.kill()
+
+
+async def test_closing_stops_the_agent_and_closing_again_does_nothing(
+    bus: tuple[NatsClient, TaskGroup], agents: Agents, tmp_path: Path
+) -> None:
+    client, tg = bus
+    agent = agents.open(client, _config(Domain.parse(f"rt/s6/{uuid.uuid4().hex[:8]}"), tmp_path))
+    stopped = anyio.Event()
+
+    async def run_then_tell(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+        await agent.run(task_status=task_status)
+        stopped.set()
+
+    await tg.start(run_then_tell)
+    with pytest.raises(UsageError, match="running already"):
+        await agent.run()
+    agents.close(agent)
+    agent.close()
+    with anyio.fail_after(5):
+        await stopped.wait()  # run() returned: no more heartbeats or replica
+    with pytest.raises(UsageError, match="closed"):
+        await agent.propose(AddConstraint(text="too late"))
+    with pytest.raises(UsageError, match="closed"):
+        await agent.run()
+
+
+def test_an_agent_config_takes_the_domain_as_text(tmp_path: Path) -> None:
+    config = AgentConfig(agent_id="a1", domain="rt/s7/t", store=tmp_path / "a1.db")  # type: ignore[arg-type]
+    assert config.domain == Domain.parse("rt/s7/t")
+    with pytest.raises(InvalidDomain, match="must have the form 'user/session/task'"):
+        AgentConfig(agent_id="a1", domain="rt-s7-t", store=tmp_path / "a1.db")  # type: ignore[arg-type]
 
 
 async def test_an_agent_that_fails_to_build_leaves_its_store_free(

@@ -168,6 +168,7 @@ async def test_inspect_store_reads_settings_saved_by_another_build(
     domain = Domain.parse(f"rt/d4/{uuid.uuid4().hex[:8]}")
     agents.close(_agent(agents, nats_client, store, domain, ROOMY))
     budgets = [layer.budget for layer in inspect_store(store, domain)]
+    assert [layer.budget for layer in inspect_store(str(store), str(domain))] == budgets, "a path and domain as text"
     _edit_saved_config(store, domain, legacy_knob=3)
 
     with caplog.at_level(logging.WARNING, logger="agents.runtime"):
