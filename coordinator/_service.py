@@ -67,6 +67,7 @@ from schemas import (
     RejectionCode,
     Reply,
     TaskBrief,
+    UsageError,
     WireError,
     apply,
     apply_accepted,
@@ -608,7 +609,7 @@ class Coordinator:
     @property
     def _task_group(self) -> TaskGroup:
         if self._tg is None:
-            raise RuntimeError("the coordinator is not running; start run() first")
+            raise UsageError("the coordinator is not running; start run() first")
         return self._tg
 
     # -- status --------------------------------------------------------------------------

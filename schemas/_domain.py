@@ -75,6 +75,14 @@ class Domain(BaseModel):
             raise InvalidDomain(f"domain must be a string 'user/session/task', got {shown(text)}")
         return _parse(text)
 
+    @classmethod
+    def of(cls, value: Domain | str) -> Domain:
+        """The domain `value` names: a `Domain` as it is, a string parsed (`parse`).
+
+        :raises InvalidDomain: if `value` is neither, or a malformed string.
+        """
+        return value if isinstance(value, Domain) else cls.parse(value)
+
     @property
     def tokens(self) -> tuple[str, str, str]:
         """The three subject tokens, in order."""

@@ -14,6 +14,8 @@ from __future__ import annotations
 import logging
 from typing import Final
 
+from pydantic import ValidationError
+
 from bus import BusUnavailable, NatsClient, Retry, Verb, request, routed, subject
 from schemas import (
     BriefOp,
@@ -25,7 +27,9 @@ from schemas import (
     RejectionCode,
     Reply,
     ReplyAdapter,
+    UsageError,
     WireError,
+    describe_validation_error,
     unique_id,
 )
 
@@ -40,13 +44,13 @@ _ATTEMPT_TIMEOUT: Final = 2.0
 
 
 class Proposer:
-    """Sends one agent's proposals for one domain."""
+    """Sends one agent's proposals for one domain (a `Domain`, or `'user/session/task'`)."""
 
-    def __init__(self, client: NatsClient, domain: Domain, *, agent_id: str) -> None:
-        self.domain = domain
+    def __init__(self, client: NatsClient, domain: Domain | str, *, agent_id: str) -> None:
+        self.domain = Domain.of(domain)
         self.agent_id = agent_id
         self._client = client
-        self._subject = subject(domain, Verb.PROPOSE)
+        self._subject = subject(self.domain, Verb.PROPOSE)
         self._direct: str | None = None
         """The coordinator that answered last, asked first: where coordinators share a
         domain, the one it passes proposals to (see the coordinator's `_forward`)."""
@@ -72,14 +76,19 @@ class Proposer:
 
         :raises ProposalUnanswered: if no coordinator answered within `deadline` seconds;
             it carries the key to retry with.
+        :raises UsageError: if the op, key, base revision or agent id is not one a
+            coordinator could take (an empty key, say, which would defeat idempotency).
         """
-        proposal = Proposal(
-            domain=self.domain,
-            author=self.agent_id,
-            op=op,
-            key=key or unique_id(),
-            base_revision=base_revision,
-        )
+        try:
+            proposal = Proposal(
+                domain=self.domain,
+                author=self.agent_id,
+                op=op,
+                key=unique_id() if key is None else key,
+                base_revision=base_revision,
+            )
+        except ValidationError as exc:
+            raise UsageError(f"cannot propose {_shown_op(op)}: {describe_validation_error(exc)}") from exc
         envelope = Envelope(
             type=MessageType.PROPOSAL,
             domain=self.domain,
@@ -127,6 +136,11 @@ class ProposalUnanswered(BusUnavailable):
             f"no coordinator answered proposal {key} within {deadline:g}s; it may still be committed: "
             f"propose again with key={key!r} to find out without committing it twice"
         )
+
+
+def _shown_op(op: object) -> str:
+    tag = getattr(op, "op", None)
+    return repr(tag) if isinstance(tag, str) else f"a {type(op).__name__}"
 
 
 def _parse_reply(data: bytes) -> tuple[Reply, str]:

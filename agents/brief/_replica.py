@@ -35,11 +35,12 @@ class BriefReplica:
     def __init__(
         self,
         client: NatsClient,
-        domain: Domain,
+        domain: Domain | str,
         *,
         resume_from: BriefState | None = None,
         brief_log: BriefLog | None = None,
     ) -> None:
+        domain = Domain.of(domain)
         if resume_from is not None and resume_from.domain != domain:
             raise UsageError(f"cannot resume {domain} from a state of {resume_from.domain}")
         self.domain = domain
@@ -61,7 +62,7 @@ class BriefReplica:
     def state(self) -> BriefState:
         """The brief and the log sequence it reflects."""
         if self._state is None:
-            raise RuntimeError(f"the replica of {self.domain} has not joined yet; start run() first")
+            raise UsageError(f"the replica of {self.domain} has not joined yet; start run() first")
         return self._state
 
     @property

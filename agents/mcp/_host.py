@@ -5,6 +5,7 @@ from __future__ import annotations
 from agents.context import LocalContext
 from agents.nudges import SyntheticMessage
 from agents.runtime import ContextHost
+from schemas import UsageError
 
 __all__ = ["McpHost"]
 
@@ -46,5 +47,5 @@ class McpHost:
 
     def _recorder(self) -> ContextHost:
         if self._record is None:
-            raise RuntimeError("McpHost is not attached to the agent's context; call attach() first")
+            raise UsageError("McpHost is not attached to the agent's context; call attach() first")
         return self._record

@@ -82,6 +82,8 @@ def parse_drop_spec(spec: str) -> tuple[int, ...]:
     :raises DropRangeTooLarge: if it names more than `MAX_DROP_IDS` tags or a number
         longer than `MAX_TAG_DIGITS` digits.
     """
+    if not isinstance(spec, str):
+        raise DropSpecError(spec, f"a {type(spec).__name__} is not a list of tags")
     if not spec.strip():
         raise DropSpecError(spec, "no tags named")
     numbers: set[int] = set()

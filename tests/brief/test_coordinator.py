@@ -640,6 +640,28 @@ async def test_a_brief_well_within_its_budget_is_not_counted_on_every_commit(nat
     assert 1 <= len(counted) <= 3, counted
 
 
+@pytest.mark.parametrize(
+    ("key", "base", "says"),
+    [
+        ("", None, "field 'key': String should have at least 1 character"),
+        ("k" * 300, None, "field 'key' is 300 characters long, over the limit of 128"),
+        (None, -1, "field 'base_revision': Input should be greater than or equal to 0"),
+    ],
+)
+async def test_a_proposal_no_coordinator_could_take_is_refused_before_it_is_sent(
+    nats_client: NatsClient, key: str | None, base: int | None, says: str
+) -> None:
+    """An empty key above all: replaced by a fresh one, a retry would commit twice."""
+    proposer = Proposer(nats_client, "t/s/proposer", agent_id="a")
+    with pytest.raises(UsageError, match=rf"cannot propose 'add_note': .*{says}"):
+        await proposer.propose(AddNote(text="x"), key=key, base_revision=base, deadline=0.5)
+
+
+def test_a_replica_read_before_it_joined_says_to_run_it_first(nats_client: NatsClient) -> None:
+    with pytest.raises(UsageError, match="has not joined yet; start run"):
+        _ = BriefReplica(nats_client, "t/s/replica").brief
+
+
 def test_a_brief_budget_without_a_counter_is_refused_up_front() -> None:
     with pytest.raises(UsageError, match="brief_budget_tokens needs count_tokens"):
         CoordinatorConfig(brief_budget_tokens=4_000)

@@ -71,6 +71,12 @@ def test_malformed_specs_are_usage_errors_that_name_the_spec(spec: str) -> None:
     assert not isinstance(raised.value, (ReversedDropRange, DropRangeTooLarge))
 
 
+@pytest.mark.parametrize("spec", [None, 5, ["3", "4"]])
+def test_a_spec_that_is_not_text_is_a_usage_error_that_says_so(spec: object) -> None:
+    with pytest.raises(DropSpecError, match=f"a {type(spec).__name__} is not a list of tags"):
+        parse_drop_spec(spec)  # type: ignore[arg-type]
+
+
 def test_reversed_range_suggests_the_fix() -> None:
     with pytest.raises(ReversedDropRange, match=r"5-3 runs backwards \(did you mean 3-5\?\)") as raised:
         parse_drop_spec("1,5-3")
