@@ -35,6 +35,8 @@ _MIN_SUMMARY_TARGET = 12
 _MERGED_MAX = 512
 """Largest entry a merge of two produces. Keeping entries small keeps each merge (one
 count of the merged text) cheap, so composes stay fast at large windows."""
+_SHRINK_ATTEMPTS = 4
+"""Times a lone summary entry over its room is merged again, smaller, before it goes."""
 
 
 _BINDING_KINDS = frozenset({"conclusion", "task_state", "knowledge"})
@@ -340,14 +342,31 @@ class _Run:
                 st.remove_summary(1)
             else:
                 only = st.summaries[0]
-                target = self.b.summary - self.ov - self.summary_header - 1
-                text = self.summarizer.merge([only.text], target) if target >= _MIN_SUMMARY_TARGET else ""
-                tokens = self.count_once(text) if text.strip() else 0
-                if not tokens or tokens > target:
+                shrunk = self._shrink(only.text, self.b.summary - self.ov - self.summary_header - 1)
+                if shrunk is None:
                     self._drop_summary(0)
                     continue
-                st.update_summary(only, text, tokens, only.first_tag, only.last_tag)
+                st.update_summary(only, *shrunk, only.first_tag, only.last_tag)
             self.merges += 1
+
+    def _shrink(self, text: str, limit: int) -> tuple[str, int] | None:
+        """`text` merged down to `limit` tokens at most, and its count; None if it cannot be.
+
+        The summarizer aims in characters and may miss: it is asked again with its target
+        cut by how far it missed, a few times, before the entry is given up.
+        """
+        target = limit
+        for _ in range(_SHRINK_ATTEMPTS):
+            if target < _MIN_SUMMARY_TARGET:
+                return None
+            merged = self.summarizer.merge([text], target)
+            tokens = self.count_once(merged) if merged.strip() else 0
+            if not tokens:
+                return None
+            if tokens <= limit:
+                return merged, tokens
+            target = target * limit // tokens - 1
+        return None
 
     def count_once(self, text: str) -> int:
         return self.st.tokenizer.count(text)

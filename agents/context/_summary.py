@@ -139,7 +139,7 @@ class ExtractiveSummarizer:
     def _tool_result(self, message: Message, budget: int, noise: set[str]) -> str:
         text = message.content
         lines = text.splitlines()
-        parts = [f"{len(lines)} lines"]
+        parts = [f"{len(lines):,} lines"] if len(lines) > 1 else []  # "1 lines" tells nothing the line does not
         if message.state == "archived":
             parts.append("archived, ctx_read for detail")
         first = next((line.strip() for line in lines if line.strip()), "")

@@ -87,6 +87,22 @@ def test_summary_merges_under_pressure_and_stays_in_budget(make_ctx: MakeContext
     assert "module_" in text and " ms" in text, "merged entries still quote facts verbatim"
 
 
+def test_a_lone_summary_entry_too_big_for_its_room_is_merged_smaller_not_dropped(make_ctx: MakeContext) -> None:
+    """The summarizer aims in characters; a first miss asks it again with a smaller
+    target, rather than losing every evicted turn from the prompt."""
+    ctx = make_ctx(window=1_200, settings={"reserve_system": 200, "reserve_output": 200, "archive_threshold": 200})
+    ctx.add("user", "Fix the cache in src/cache.py. Never touch vendor/.")
+    for i in range(30):
+        ctx.add("assistant", f"I will run test {i}", tool_name="bash", call_id=f"c{i}")
+        result = f"test {i}: 42 passed, 3 failed in 12.5s; error in /src/mod{i}.py: not found UserCache{i}"
+        ctx.add("tool", result, tool_name="bash", call_id=f"c{i}")
+    report = ctx.compose("go on").report
+    assert [t for t in report.trims if t.source == "summary"] == []
+    assert 0 < report.layers["summary"] <= report.budgets.summary
+    summary = "\n".join(item.text for view in ctx.inspect() if view.name == "summary" for item in view.items)
+    assert "UserCache0" in summary and "1 lines" not in summary
+
+
 def test_constraint_found_while_summarizing_is_promoted(make_ctx: MakeContext) -> None:
     ctx = make_ctx(window=2_500, settings={"reserve_system": 300, "reserve_output": 300, "protected_recent": 2})
     rule = "We agreed: never deploy on Fridays, and keep the spend under $300."
