@@ -250,9 +250,10 @@ class EmbeddedServer(ProcessGroup):
                 )
                 return
             if self._process.poll() is not None:
+                last = self.read_log(offset)  # what it wrote between the read above and its exit
                 raise ServerError(
                     f"nats-server exited with code {self._process.returncode} before it was ready; "
-                    f"its log ({self.log_path}) ends with:\n{_tail(text)}"
+                    f"its log ({self.log_path}) ends with:\n{_tail(last)}"
                 )
             if time.monotonic() > deadline:
                 raise ServerError(
