@@ -273,6 +273,7 @@ class Agent:
         if self._queued:
             apply_queued_drops(self.context, self._queued)
             self._queued.clear()
+            self._measure_tail()  # the heartbeat and ctx_status show the tail as it is now
         composition = self.context.compose(user_input, brief=self._brief_text())
         self._last_prompt_tokens = composition.report.total
         return composition

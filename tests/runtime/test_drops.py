@@ -139,6 +139,19 @@ async def test_inspect_store_applies_queued_drops_like_the_next_compose(
     assert again.status()["queued_drops"] == [3], "inspect must not write to the agent's store"
 
 
+async def test_the_heartbeat_shows_the_tail_after_the_compose_that_applied_the_drops(
+    nats_client: NatsClient, agents: Agents, tmp_path: Path
+) -> None:
+    agent = _agent(agents, nats_client, tmp_path / "a.db", Domain.parse(f"rt/d5/{uuid.uuid4().hex[:8]}"), ROOMY)
+    agent.user("Find the slow handler.")
+    await _grep(agent, 6, compose=False)
+    before = agent.presence().tail_tokens
+    agent.ctx_reduce("3,5,7")
+    agent.compose()
+    after = agent.presence()
+    assert after.tail_tokens < before and after.tail_tokens == agent.measure().t
+
+
 async def test_a_dropped_result_leaves_its_call_counted(
     nats_client: NatsClient, agents: Agents, tmp_path: Path
 ) -> None:
