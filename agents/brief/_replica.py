@@ -75,7 +75,12 @@ class BriefReplica:
 
     @property
     def hash(self) -> str:
-        """Canonical hash of the brief: equal on every replica at the same revision."""
+        """Canonical hash of the brief: equal on every replica at the same revision.
+
+        But for a closed domain: one loaded after its log was purged holds only what
+        `TaskBrief.purged` keeps (revision, closure, keys), not the content a replica
+        that followed the log to the close still holds.
+        """
         return brief_hash(self.state.brief)
 
     def render(self) -> str:
