@@ -14,6 +14,7 @@ from nats.js import JetStreamContext, api
 from bus._errors import BusError, BusUnavailable, StreamMissing
 
 __all__ = [
+    "DUPLICATE_IN_PROCESS",
     "EXPECTED_LAST_SUBJECT_SEQ",
     "NO_STREAM",
     "RECOVERING",
@@ -32,6 +33,10 @@ EXPECTED_LAST_SUBJECT_SEQ: Final = "Nats-Expected-Last-Subject-Sequence"
 """Header of a write that must find its subject's last message at this sequence."""
 WRONG_LAST_SEQUENCE: Final = 10071
 """JetStream's err_code for a failed expected-last-sequence check."""
+DUPLICATE_IN_PROCESS: Final = 10158
+"""JetStream's err_code for a write whose message id another write is still storing (a
+clustered stream's earlier attempt, not yet through its replicas): its outcome, not a
+refusal, answers a repeat."""
 _ACTUAL_SEQ = re.compile(r"wrong last sequence:\s*(\d+)")
 
 TRANSIENT = (

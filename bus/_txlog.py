@@ -47,6 +47,7 @@ from nats.js import JetStreamContext, api
 from bus._errors import BusError, BusUnavailable, CasConflict, LogTruncated
 from bus._retry import Retry
 from bus._streams import (
+    DUPLICATE_IN_PROCESS,
     EXPECTED_LAST_SUBJECT_SEQ,
     NO_STREAM,
     RECOVERING,
@@ -192,7 +193,12 @@ class TxLog:
                 log.debug("append to %s not acknowledged (%r); retrying", subject, exc)
                 await retry.pause()
             except nats.js.errors.APIError as exc:
-                raise BusError(f"append to {subject} refused: {exc.description}") from exc
+                if exc.err_code != DUPLICATE_IN_PROCESS:
+                    raise BusError(f"append to {subject} refused: {exc.description}") from exc
+                # An earlier attempt, unacknowledged in time, is still being stored: ask
+                # again once it is, and hear its sequence.
+                log.debug("append to %s still in process under msg id %s; asking again", subject, msg_id)
+                await retry.pause()
             except nats.errors.Error as exc:  # closed, or a message the client will not send
                 raise BusError(f"append to {subject} failed: {exc!r}") from exc
         raise BusUnavailable(f"append to {subject} not acknowledged within {self.config.deadline:g}s")

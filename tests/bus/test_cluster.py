@@ -3,6 +3,8 @@ coordinators create the log with the copies they are told to, never fewer."""
 
 from __future__ import annotations
 
+import os
+import signal
 import uuid
 from collections.abc import Awaitable, Callable
 
@@ -54,6 +56,48 @@ async def test_r3_stream_survives_losing_a_node(nats_cluster: LoopbackCluster) -
     finally:
         victim.start()
         await close_quietly(client)  # its node may have just died
+
+
+async def test_an_append_retried_while_its_first_attempt_is_still_being_stored_gets_its_sequence(
+    nats_cluster: LoopbackCluster,
+) -> None:
+    """With both followers frozen, the stream leader cannot store the first attempt; the
+    retry meets "duplicate message id is in process", which must be asked again, not
+    refused: once the followers are back, the first attempt is stored, once."""
+    config = TxLogConfig(stream="CTXBUS_TX_INPROC", subjects=("inproc.>",), replicas=3, attempt_timeout=0.5)
+    client = await connect(BusConfig(servers=nats_cluster.urls))
+    log = TxLog(client, config)
+    await _once_the_cluster_answers(log.ensure)
+    subject = f"inproc.{uuid.uuid4().hex[:8]}"
+    await log.append(subject, b"first", "m0")
+    info = await client.jetstream().stream_info(config.stream)
+    assert info.cluster is not None and info.cluster.leader
+    leader = next(node for node in nats_cluster.nodes if node.server_name == info.cluster.leader)
+    followers = [node for node in nats_cluster.nodes if node is not leader]
+    await close_quietly(client)
+    client = await connect(BusConfig(servers=[leader.url]))
+    log = TxLog(client, config)
+    appended: list[int] = []
+
+    async def append() -> None:
+        appended.append(await log.append(subject, b"second", "m1"))
+
+    try:
+        for node in followers:
+            os.kill(node.pid or 0, signal.SIGSTOP)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(append)
+                await anyio.sleep(3)  # attempts time out, and are answered "in process"
+                for node in followers:
+                    os.kill(node.pid or 0, signal.SIGCONT)
+        finally:
+            for node in followers:
+                os.kill(node.pid or 0, signal.SIGCONT)
+        assert [entry.payload async for entry in log.read(subject)] == [b"first", b"second"]
+        assert appended == [info.state.last_seq + 1]
+    finally:
+        await close_quietly(client)
 
 
 async def test_a_coordinator_creates_the_log_with_its_replicas_and_never_cuts_them(
