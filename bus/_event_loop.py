@@ -12,15 +12,20 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
+import signal
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar, TypeVarTuple
 
 import anyio
 
-__all__ = ["NO_UVLOOP_ENV", "anyio_backend", "event_loop_name", "run_async", "uses_uvloop"]
+__all__ = ["NO_UVLOOP_ENV", "STOP_SIGNALS", "anyio_backend", "event_loop_name", "run_async", "uses_uvloop"]
 
 NO_UVLOOP_ENV: Final = "CTXBUS_NO_UVLOOP"
 """Environment variable: set to a non-empty value other than `0` to keep the standard loop."""
+
+STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, *((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ()))
+"""What stops a ctxbus process cleanly: Ctrl-C, a service manager, and a terminal that
+went away (whose SIGHUP would otherwise kill it before it closes what it holds)."""
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")

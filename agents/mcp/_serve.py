@@ -14,7 +14,7 @@ from agents.mcp._host import McpHost
 from agents.mcp._server import build_server
 from agents.mcp._stdio import run_stdio
 from agents.runtime import Agent, AgentConfig
-from bus import BusConfig, close_quietly, connect
+from bus import STOP_SIGNALS, BusConfig, close_quietly, connect
 from schemas import first_ctxbus_error
 
 __all__ = ["host_context", "serve_stdio"]
@@ -66,7 +66,7 @@ async def serve_stdio(bus: BusConfig, config: AgentConfig) -> None:
 
 
 async def _cancel_on_signal(scope: CancelScope, *, task_status: TaskStatus[None] = TASK_STATUS_IGNORED) -> None:
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
         task_status.started()
         async for signum in signals:
             log.info("%s: stopping", signal.Signals(signum).name)

@@ -26,6 +26,7 @@ from coordinator.cli._common import (
     parse_agent_name,
     print_json,
 )
+from coordinator.cli._running import until_signal
 from schemas import (
     AGENT_OPS,
     KEY_MAX,
@@ -146,7 +147,7 @@ def log_command(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per commit.")] = False,
 ) -> None:
     """Print the task's transaction log: every commit, in order."""
-    run_async(_log, nats, domain, follow, as_json)
+    run_async(until_signal, lambda: _log(nats, domain, follow, as_json))  # `-f` ends with Ctrl-C: exit 0
 
 
 async def _log(urls: str, domain: Domain, follow: bool, as_json: bool) -> None:

@@ -7,23 +7,18 @@ command modules import stays out of the way of `main`'s Ctrl-C handling.
 from __future__ import annotations
 
 import contextlib
-import signal
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Final
 
 import anyio
 
+from bus._event_loop import STOP_SIGNALS
 from schemas import first_ctxbus_error
 
 __all__ = ["INTERRUPTED", "one_error", "until_signal"]
 
 INTERRUPTED: Final = 130
 """Exit code of a command that a signal stopped before it was done (128 + SIGINT, as shells do)."""
-
-
-STOP_SIGNALS: Final = (signal.SIGINT, signal.SIGTERM, *((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ()))
-"""What stops a command: Ctrl-C, a service manager, and a terminal that went away
-(whose SIGHUP would otherwise kill the CLI and leave its nats-server running)."""
 
 
 async def until_signal(body: Callable[[], Awaitable[object]]) -> bool:

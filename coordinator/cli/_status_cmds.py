@@ -27,6 +27,7 @@ from coordinator.cli._common import (
     parse_domain,
     print_json,
 )
+from coordinator.cli._running import until_signal
 from schemas import CoordinatorStatus, Domain, Presence, WireError
 
 __all__: list[str] = []
@@ -118,7 +119,7 @@ def top(
     Runs until Ctrl-C, through NATS outages too: while the server cannot be read, a
     line above the table says so, and the rows are the last ones read.
     """
-    run_async(_top, nats, domain, interval)
+    run_async(until_signal, lambda: _top(nats, domain, interval))  # Ctrl-C is how it ends: exit 0
 
 
 async def _top(urls: str, domain: Domain, interval: float) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -14,6 +15,7 @@ from agents.brief import Proposer
 from bus import TxLog, Verb, subject
 from schemas import AddPending, Domain
 from tests._support import running_coordinator
+from tests.cli._procs import Command
 
 
 async def test_log_shows_a_malformed_entry_as_skipped_and_goes_on(nats_url: str) -> None:
@@ -37,3 +39,15 @@ async def test_log_shows_a_malformed_entry_as_skipped_and_goes_on(nats_url: str)
     lines = [json.loads(line) for line in as_json.stdout.splitlines()]
     assert [line.get("revision") for line in lines] == [1, None, 2]
     assert lines[1]["seq"] == junk and lines[1]["skipped"].startswith("unsupported envelope version 9")
+
+
+async def test_log_follow_stops_on_sigterm_as_on_ctrl_c(nats_url: str) -> None:
+    domain = Domain.parse(f"u{uuid.uuid4().hex[:8]}/s/t")
+    async with running_coordinator(nats_url, coordinator_id="c-follow") as (client, _):
+        await Proposer(client, domain, agent_id="a").propose(AddPending(text="shown"))
+    with Command("log", "-f", "-d", str(domain), "--nats", nats_url, env={**os.environ, "COLUMNS": "200"}) as follow:
+        assert await anyio.to_thread.run_sync(follow.read_until, lambda line: "shown" in line), follow.stderr
+        follow.proc.send_signal(signal.SIGTERM)
+        _, err = await anyio.to_thread.run_sync(follow.finish)
+    assert follow.proc.returncode == 0, err
+    assert "Traceback" not in err, err

@@ -1,4 +1,4 @@
-"""`ctxbus mcp` stops on SIGINT/SIGTERM while its client is connected and silent.
+"""`ctxbus mcp` stops on SIGINT/SIGTERM/SIGHUP while its client is connected and silent.
 
 The MCP SDK reads stdin in a worker thread; before, a signal waited for the client's
 next line or hang-up, so an MCP host could not stop its server with a signal.
@@ -58,8 +58,8 @@ def _serve_then_signal(env: dict[str, str], signum: signal.Signals, pause: float
 
 @pytest.mark.parametrize(
     ("signum", "pause"),
-    [(signal.SIGINT, 1.0), (signal.SIGTERM, 1.0), (signal.SIGINT, 0.0)],
-    ids=["SIGINT", "SIGTERM", "SIGINT-as-soon-as-it-serves"],
+    [(signal.SIGINT, 1.0), (signal.SIGTERM, 1.0), (signal.SIGHUP, 1.0), (signal.SIGINT, 0.0)],
+    ids=["SIGINT", "SIGTERM", "SIGHUP", "SIGINT-as-soon-as-it-serves"],
 )
 async def test_a_signal_stops_the_server_without_waiting_for_the_client(
     signum: signal.Signals, pause: float, nats_url: str, tmp_path: Path
