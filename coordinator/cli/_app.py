@@ -6,7 +6,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from importlib.metadata import version
-from typing import Annotated
+from typing import Annotated, TextIO
 
 import typer
 from rich.markup import escape
@@ -44,9 +44,23 @@ def _root(
         bool, typer.Option("--version", callback=_show_version, is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
-    handler = logging.StreamHandler()
+    handler = _StderrNow()
     handler.setFormatter(_WithExtras("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)], handlers=[handler])
+
+
+class _StderrNow(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to `sys.stderr` as it is when a record comes, not as it was at start: a live
+    view (`top`, `swarm demo`) redirects it, and prints log lines above itself, where
+    writing past it would leave a torn copy of the table on the screen."""
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _: object) -> None:
+        pass  # set by `StreamHandler.__init__`; always `sys.stderr` here
 
 
 _STANDARD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
