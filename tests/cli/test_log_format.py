@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import logging
+import sys
 
-from coordinator.cli._app import _WithExtras
+import pytest
+
+from coordinator.cli._app import _StderrNow, _WithExtras
 
 
 def test_extras_follow_the_message_and_a_traceback_comes_last() -> None:
@@ -19,3 +23,13 @@ def test_extras_follow_the_message_and_a_traceback_comes_last() -> None:
     failed.__dict__.update(domain="a/b/c")
     first, *rest = formatter.format(failed).splitlines()
     assert first == "ERROR bus: failed domain=a/b/c" and rest[-1] == "ValueError: boom"
+
+
+def test_log_lines_go_to_stderr_as_it_is_when_they_are_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A live view redirects sys.stderr to print log lines above itself: the handler,
+    made before, must follow."""
+    handler = _StderrNow()
+    redirected = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", redirected)
+    handler.emit(logging.LogRecord("bus", logging.WARNING, __file__, 1, "disconnected from NATS", None, None))
+    assert redirected.getvalue() == "disconnected from NATS\n"
