@@ -130,11 +130,13 @@ class ProposalUnanswered(BusUnavailable):
     """No coordinator answered a proposal in time. It may still have been committed:
     proposing again with `key` tells, without committing it twice."""
 
-    def __init__(self, key: str, deadline: float) -> None:
+    def __init__(self, key: str, deadline: float, *, retry: str | None = None) -> None:
         self.key = key
+        retry = retry or f"propose again with key={key!r}"
         super().__init__(
-            f"no coordinator answered proposal {key} within {deadline:g}s; it may still be committed: "
-            f"propose again with key={key!r} to find out without committing it twice"
+            f"no coordinator answered proposal {key} within {deadline:g}s (is one running? `ctxbus up`, or "
+            f"`ctxbus coordinator` against this server); it may still be committed: {retry} to find out "
+            "without committing it twice"
         )
 
 

@@ -369,6 +369,6 @@ def _lock_store(config: AgentConfig) -> PidLock:
             )
         raise StoreError(
             f"the store of agent {config.agent_id!r} ({config.store}) is in use by another process "
-            f"(pid {holder}); run one process per agent name, or give this one another"
+            f"(pid {holder}); run one process per agent name, or give this one another name"
         )
     return lock

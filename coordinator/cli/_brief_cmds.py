@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from agents.brief import Proposer
+from agents.brief import ProposalUnanswered, Proposer
 from bus import BriefLog, TxLog, Verb, close_quietly, commits_of, connect, run_async, subject
 from coordinator.cli._app import app
 from coordinator.cli._common import (
@@ -84,7 +84,7 @@ def propose(
     agent: Annotated[
         str, typer.Option("--agent", "-a", callback=parse_agent_name, help="Author of the proposal.")
     ] = "cli",
-    reason: Annotated[str | None, typer.Option(help="Why (reject, reopen, remove_constraint).")] = None,
+    reason: Annotated[str | None, typer.Option(help="Why (reject, reopen, remove_constraint, close).")] = None,
     outcome: Annotated[str | None, typer.Option(help="What came of it (complete).")] = None,
     rationale: Annotated[str | None, typer.Option(help="Why this option (add_decision).")] = None,
     supersedes: Annotated[str | None, typer.Option(help="Decision id replaced (add_decision).")] = None,
@@ -108,7 +108,13 @@ def propose(
         raise typer.BadParameter(f"unknown operation {op!r}; use one of {', '.join(_MAIN_FIELD)}", param_hint="OP")
     fields: dict[str, Any] = {"op": op, _MAIN_FIELD[op]: value}
     extras = {"reason": reason, "outcome": outcome, "rationale": rationale, "supersedes": supersedes}
-    fields.update({name: given for name, given in extras.items() if given is not None})
+    for name, given in extras.items():
+        if given is None:
+            continue
+        if name not in AGENT_OPS[op].model_fields:
+            takers = ", ".join(tag for tag, model in AGENT_OPS.items() if name in model.model_fields)
+            raise typer.BadParameter(f"{op} takes no --{name} (only {takers} do)", param_hint=f"--{name}")
+        fields[name] = given
     try:
         parsed = BriefOpAdapter.validate_python(fields)
     except ValidationError as exc:  # loc[0] is the op's tag
@@ -118,10 +124,18 @@ def propose(
     raise typer.Exit(code)
 
 
+_PROPOSE_DEADLINE = 10.0
+"""Seconds `brief propose` waits for a coordinator: a person is waiting at the prompt."""
+
+
 async def _propose(urls: str, domain: Domain, agent: str, op: BriefOp, key: str, as_json: bool) -> int:
     client = await connect(bus_config(urls))
     try:
-        reply = await Proposer(client, domain, agent_id=agent).propose(op, key=key, deadline=10)
+        reply = await Proposer(client, domain, agent_id=agent).propose(op, key=key, deadline=_PROPOSE_DEADLINE)
+    except ProposalUnanswered as exc:
+        raise ProposalUnanswered(
+            exc.key, _PROPOSE_DEADLINE, retry=f"run the same command with --key {exc.key}"
+        ) from None
     finally:
         await close_quietly(client)
     if as_json:

@@ -23,7 +23,10 @@ UNREACHABLE = "nats://127.0.0.1:9"
         ),
         (["add_note", ""], r"Invalid value for OP/VALUE/options: .*text.*at least 1 character"),
         (["complete", "p1", "--outcome", "o" * 2001], r"Invalid value for OP/VALUE/options: .*outcome.*2,?000"),
-        (["add_note", "x", "--reason", "why"], r"Invalid value for OP/VALUE/options: .*reason.*not permitted"),
+        (
+            ["add_note", "x", "--reason", "why"],
+            r"Invalid value for --reason: add_note takes no --reason \(only reject, reopen, remove_constraint, close do\)",
+        ),
     ],
     ids=["unknown-op", "empty-text", "long-outcome", "field-of-another-op"],
 )
@@ -36,3 +39,13 @@ def test_a_bad_proposal_is_one_clear_line_and_exit_2(args: list[str], says: str,
     assert "Traceback" not in err and "could not connect" not in err, err
     [line] = [line for line in err.splitlines() if "Invalid value" in line]
     assert re.search(says, line), err
+
+
+def test_a_proposal_no_coordinator_answers_says_to_start_one_and_how_to_retry(nats_url: str, tmp_path: Path) -> None:
+    env = {**os.environ, "CTXBUS_STATE_DIR": str(tmp_path), "COLUMNS": "400"}
+    args = ("brief", "propose", "add_note", "hi", "-d", "alice/s1/nocoord", "--key", "k-7", "--nats", nats_url)
+    with Command(*args, env=env) as cli:
+        _, err = cli.finish(timeout=60)
+    assert cli.proc.returncode == 1, err
+    assert "no coordinator answered proposal k-7 within 10s (is one running? `ctxbus up`" in err, err
+    assert "run the same command with --key k-7 to find out without committing it twice" in err, err
