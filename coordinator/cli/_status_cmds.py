@@ -156,7 +156,8 @@ def _top_view(domain: Domain, agents: list[Presence], problem: str | None) -> Re
 def _agents_table(domain: Domain, agents: list[Presence]) -> Table:
     table = Table(title=f"agents on {domain}", show_edge=False)
     for column in ("agent", "band", "U / T", "prompt", "brief rev", "lag", "seen"):
-        table.add_column(column, justify="right" if column not in ("agent", "band") else "left")
+        # On a narrow screen a long name goes on over lines, rather than being cut to `claude…`.
+        table.add_column(column, justify="right" if column not in ("agent", "band") else "left", overflow="fold")
     now = time.time()
     for a in agents:
         table.add_row(

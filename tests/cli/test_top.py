@@ -13,6 +13,8 @@ import pytest
 
 from agents.brief import PresenceBeacon
 from bus import NatsClient
+from coordinator.cli._common import console
+from coordinator.cli._status_cmds import _agents_table
 from schemas import Domain, Presence
 from tests.cli._procs import Command
 
@@ -61,3 +63,13 @@ async def test_top_stops_on_any_stop_signal_as_on_ctrl_c(nats_url: str, tmp_path
         _, err = await anyio.to_thread.run_sync(top.finish)
     assert top.proc.returncode == 0, err  # not killed by it: the live view was closed, its cursor shown
     assert "Traceback" not in err, err
+
+
+def test_a_narrow_screen_folds_a_long_agent_name_rather_than_cutting_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(console, "width", 60)
+    name = "claude-code-agent-number-2"
+    seen = Presence(agent=name, band="firm", unused_tokens=150_000, tail_tokens=400_000, prompt_tokens=123_456)
+    with console.capture() as capture:
+        console.print(_agents_table(Domain.parse("top/s/narrow"), [seen]))
+    rows = [line.split("│")[0].strip() for line in capture.get().splitlines() if "│" in line]
+    assert "".join(rows) == name
