@@ -84,23 +84,37 @@ async def ensure_stream(js: JetStreamContext, config: api.StreamConfig) -> None:
     :raises BusError: if the server refuses the config.
     :raises BusUnavailable: if the server does not answer.
     """
+    assert config.name is not None, "a stream config names its stream"
+    action = "create"
     try:
-        try:
-            await js.add_stream(config)
-        except nats.js.errors.BadRequestError as exc:
-            if exc.err_code != STREAM_NAME_IN_USE:
-                raise
-            assert config.name is not None, "a stream config names its stream"
-            existing = (await js.stream_info(config.name)).config.num_replicas or 1
-            if existing > (config.num_replicas or 1):
-                config = dataclasses.replace(config, num_replicas=existing)
-            await js.update_stream(config)
+        existing = await _copies(js, config.name)
+        if existing is None:
+            try:
+                await js.add_stream(config)
+                return
+            except nats.js.errors.BadRequestError as exc:
+                if exc.err_code != STREAM_NAME_IN_USE:
+                    raise
+                existing = await _copies(js, config.name) or 1  # another process made it meanwhile
+        wanted = config.num_replicas or 1
+        if existing > wanted:
+            config = dataclasses.replace(config, num_replicas=existing)
+        action = f"raise to {wanted} copies the existing" if wanted > existing else "update the existing"
+        await js.update_stream(config)
     except nats.js.errors.APIError as exc:
-        raise BusError(f"cannot create stream {config.name!r}: {_refusal(exc)}") from exc
+        raise BusError(f"cannot {action} stream {config.name!r}: {_refusal(exc)}") from exc
     except TRANSIENT as exc:
-        raise BusUnavailable(f"cannot create stream {config.name!r}: {exc!r}") from exc
+        raise BusUnavailable(f"cannot {action} stream {config.name!r}: {exc!r}") from exc
     except nats.errors.Error as exc:  # closed, or a request the client will not send
-        raise BusError(f"cannot create stream {config.name!r}: {exc!r}") from exc
+        raise BusError(f"cannot {action} stream {config.name!r}: {exc!r}") from exc
+
+
+async def _copies(js: JetStreamContext, name: str) -> int | None:
+    """How many copies the stream `name` keeps; None if there is no such stream."""
+    try:
+        return (await js.stream_info(name)).config.num_replicas or 1
+    except nats.js.errors.NotFoundError:
+        return None
 
 
 def _refusal(exc: nats.js.errors.APIError) -> str:

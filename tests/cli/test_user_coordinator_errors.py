@@ -6,12 +6,13 @@ import os
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import anyio.to_thread
 import pytest
 
-from bus import find_nats_server, free_port
+from bus import BriefLog, BusConfig, EmbeddedServer, connect, find_nats_server, free_port
 from tests.cli._procs import READ_TIMEOUT, Command
 
 
@@ -23,13 +24,25 @@ def _coordinator(url: str, *args: str, tmp_path: Path) -> tuple[int, str, str]:
     return cli.proc.returncode, out, err
 
 
-def test_more_replicas_than_nodes_is_one_line(nats_url: str, tmp_path: Path) -> None:
-    code, out, err = _coordinator(nats_url, "--replicas", "3", tmp_path=tmp_path)
+async def test_more_replicas_than_nodes_is_one_line_that_says_what_was_tried(
+    nats_server_factory: Callable[..., EmbeddedServer], tmp_path: Path
+) -> None:
+    url = nats_server_factory().url
+    code, out, err = await anyio.to_thread.run_sync(lambda: _coordinator(url, "--replicas", "3", tmp_path=tmp_path))
     assert code == 1, err
     assert err.splitlines() == [
         "ctxbus: error: cannot create stream 'CTXBUS_TX': replicas > 1 not supported in non-clustered mode"
     ]
     assert out == ""
+    client = await connect(BusConfig(servers=[url]))
+    await BriefLog(client).ensure()  # the log, with one copy
+    await client.close()
+    code, _, err = await anyio.to_thread.run_sync(lambda: _coordinator(url, "--replicas", "3", tmp_path=tmp_path))
+    assert code == 1, err
+    assert err.splitlines() == [
+        "ctxbus: error: cannot raise to 3 copies the existing stream 'CTXBUS_TX': "
+        "replicas > 1 not supported in non-clustered mode"
+    ]
 
 
 @pytest.fixture
