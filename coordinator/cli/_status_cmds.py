@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Annotated
 
 import anyio
@@ -117,7 +118,8 @@ def top(
     """A live table of a task's agents: band, U/T, prompt tokens, brief revision, lag.
 
     Runs until Ctrl-C, through NATS outages too: while the server cannot be read, a
-    line above the table says so, and the rows are the last ones read.
+    line above the table says so, and the rows are the last ones read. Into a pipe or
+    a file it prints one table per refresh (`ctxbus status -d ... --json` suits scripts).
     """
     run_async(until_signal, lambda: _top(nats, domain, interval))  # Ctrl-C is how it ends: exit 0
 
@@ -125,22 +127,30 @@ def top(
 async def _top(urls: str, domain: Domain, interval: float) -> None:
     client: NatsClient = await connect(bus_config(urls))
     try:
-        with Live(_agents_table(domain, []), console=console, refresh_per_second=4) as live:
-            agents: list[Presence] = []
-            while True:
-                problem = None
-                if not client.is_connected:  # a read now would only wait for its timeout
-                    problem = "disconnected from NATS, reconnecting"
-                else:
-                    try:
-                        agents = await read_presence(client, domain)
-                    except BusError as exc:  # the server went away, or is recovering
-                        problem = f"cannot read the agents ({exc}), trying again"
-                live.update(_top_view(domain, agents, problem))
-                await anyio.sleep(interval)
+        if console.is_terminal:
+            with Live(_agents_table(domain, []), console=console, refresh_per_second=4) as live:
+                await _watch(client, domain, interval, live.update)
+        else:  # a pipe or a file: a live view would show only its last frame, at the end
+            await _watch(client, domain, interval, console.print)
     finally:
         with anyio.CancelScope(shield=True):
             await close_quietly(client)
+
+
+async def _watch(client: NatsClient, domain: Domain, interval: float, show: Callable[[RenderableType], object]) -> None:
+    """Read the agents' heartbeats every `interval` seconds and `show` them, until cancelled."""
+    agents: list[Presence] = []
+    while True:
+        problem = None
+        if not client.is_connected:  # a read now would only wait for its timeout
+            problem = "disconnected from NATS, reconnecting"
+        else:
+            try:
+                agents = await read_presence(client, domain)
+            except BusError as exc:  # the server went away, or is recovering
+                problem = f"cannot read the agents ({exc}), trying again"
+        show(_top_view(domain, agents, problem))
+        await anyio.sleep(interval)
 
 
 def _top_view(domain: Domain, agents: list[Presence], problem: str | None) -> RenderableType:

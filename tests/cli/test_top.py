@@ -73,3 +73,15 @@ def test_a_narrow_screen_folds_a_long_agent_name_rather_than_cutting_it(monkeypa
         console.print(_agents_table(Domain.parse("top/s/narrow"), [seen]))
     rows = [line.split("│")[0].strip() for line in capture.get().splitlines() if "│" in line]
     assert "".join(rows) == name
+
+
+async def test_top_into_a_pipe_prints_a_table_per_refresh_as_it_goes(nats_url: str, tmp_path: Path) -> None:
+    """A live view into a pipe shows only its last frame, once it ends: `| tee` saw nothing."""
+    domain = Domain.parse(f"top/s/{uuid.uuid4().hex[:8]}")
+    env = {**os.environ, "CTXBUS_STATE_DIR": str(tmp_path)}
+    with Command("top", "-d", str(domain), "--nats", nats_url, "--interval", "0.2", env=env) as top:
+        for _ in range(3):  # three tables while it runs
+            assert await anyio.to_thread.run_sync(_shows_row, top, f"agents on {domain}"), top.stderr
+        top.proc.send_signal(signal.SIGINT)
+        _, err = await anyio.to_thread.run_sync(top.finish)
+    assert top.proc.returncode == 0, err
