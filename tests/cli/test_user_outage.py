@@ -85,7 +85,7 @@ def test_log_follow_stopped_during_an_outage_ends_without_a_traceback(
         assert follow.proc.poll() is None, follow.stderr
         follow.proc.send_signal(signal.SIGINT)
         _, err = follow.finish()
-    assert follow.proc.returncode == 130, err
+    assert follow.proc.returncode == 0, err  # Ctrl-C is how `log -f` ends, as `up` and `coordinator`
     assert "Traceback" not in err, err
 
 
