@@ -20,11 +20,11 @@ app = typer.Typer(
     name="ctxbus",
     help=(
         "Keep a swarm of AI agents inside their context budgets, sharing one task brief over NATS.\n\n"
-        "Start here: [bold]ctxbus swarm demo[/] runs everything on an embedded NATS server; "
-        "[bold]ctxbus up[/] starts NATS and a coordinator for your own agents."
+        "Start here: **ctxbus swarm demo** runs everything on an embedded NATS server; "
+        "**ctxbus up** starts NATS and a coordinator for your own agents."
     ),
     no_args_is_help=True,
-    rich_markup_mode="rich",
+    rich_markup_mode="markdown",
     add_completion=False,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},

@@ -81,7 +81,7 @@ def inspect(
     domain: DomainOption,
     store: Annotated[
         Path | None,
-        typer.Option(help="The agent's SQLite file \\[default: <state dir>/agents/USER/SESSION/TASK/AGENT.db]."),
+        typer.Option(help="The agent's SQLite file \\[default: STATE_DIR/agents/USER/SESSION/TASK/AGENT.db]."),
     ] = None,
     full: Annotated[bool, typer.Option("--full", help="Print every item in full, not just its first line.")] = False,
     as_json: JsonOption = False,

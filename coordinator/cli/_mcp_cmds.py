@@ -52,7 +52,7 @@ def mcp(
         typer.Option(
             "--store",
             dir_okay=False,
-            help="The agent's SQLite file \\[default: <state dir>/agents/USER/SESSION/TASK/AGENT.db].",
+            help="The agent's SQLite file \\[default: STATE_DIR/agents/USER/SESSION/TASK/AGENT.db].",
         ),
     ] = None,
     window: Annotated[

@@ -47,7 +47,7 @@ DEFAULT_NATS_PORT: Final = 4222
 
 PortOption = Annotated[int, typer.Option("--port", min=0, max=65535, help="Client port; 0 picks any free one.")]
 DataDirOption = Annotated[
-    Path | None, typer.Option("--data-dir", help="NATS store directory \\[default: <state dir>/nats].")
+    Path | None, typer.Option("--data-dir", help="NATS store directory \\[default: STATE_DIR/nats].")
 ]
 SyncOption = Annotated[str, typer.Option("--sync-interval", help="JetStream fsync interval: 'always', or e.g. '2m'.")]
 BudgetOption = Annotated[
@@ -97,7 +97,7 @@ def up(
 def coordinator(
     nats: NatsOption = DEFAULT_NATS_URL,
     coordinator_id: Annotated[
-        str | None, typer.Option("--id", help="Id in logs and commits \\[default: coord-<host>-<pid>].")
+        str | None, typer.Option("--id", help="Id in logs and commits \\[default: coord-HOST-PID].")
     ] = None,
     snapshot_every: Annotated[
         int, typer.Option(min=1, help="Commits between brief snapshots.")

@@ -47,7 +47,7 @@ __all__: list[str] = []
 swarm_app = typer.Typer(
     help="Run a swarm of agents on one task, on an embedded NATS server.",
     no_args_is_help=True,
-    rich_markup_mode="rich",
+    rich_markup_mode="markdown",
 )
 app.add_typer(swarm_app, name="swarm", rich_help_panel="Start here")
 
