@@ -147,7 +147,7 @@ async def connect(config: BusConfig, *, deadline: float | None = DEFAULT_CONNECT
     :raises BusUnavailable: if no server accepted the connection before the deadline.
     """
     if not config.servers:
-        raise BusUnavailable("no NATS server URL configured; start the embedded one with `ctxbus nats`")
+        raise BusUnavailable("no NATS server URL configured; start one with `ctxbus up`, or `ctxbus nats`")
     client = Client()
     events = _EventLog(client)
     options: dict[str, Any] = {

@@ -111,7 +111,11 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of 
 
 
 def bus_config(urls: str, *, name: str = "ctxbus-cli") -> BusConfig:
-    """A `BusConfig` from a `--nats` value; a bad URL is a usage error."""
+    """A `BusConfig` from a `--nats` value; a bad URL, or none, is a usage error."""
+    if not urls.strip():
+        raise typer.BadParameter(
+            f"no server URL given; start one with `ctxbus up` (it listens on {DEFAULT_NATS_URL})", param_hint="--nats"
+        )
     try:
         return BusConfig.from_urls(urls, name=name)
     except ValidationError as exc:

@@ -34,3 +34,12 @@ def test_a_key_the_schema_refuses_is_refused_by_the_option(key: str, length: int
 def test_a_non_ascii_letter_in_a_domain_is_explained(tmp_path: Path) -> None:
     line = _usage_error("brief", "show", "-d", "alice/sé/t1", tmp_path=tmp_path)
     assert "session 'sé' contains 'é'; only ASCII letters, digits, '_' and '-' are allowed" in line
+
+
+@pytest.mark.parametrize("url", ["", "  "])
+def test_no_nats_url_is_a_usage_error_that_says_how_to_get_one(url: str, tmp_path: Path) -> None:
+    env = {**os.environ, "CTXBUS_STATE_DIR": str(tmp_path), "COLUMNS": "400"}
+    with Command("brief", "show", "-d", "a/b/c", "--nats", url, env=env) as cli:
+        _, err = cli.finish()
+    assert cli.proc.returncode == 2, err
+    assert "Invalid value for --nats: no server URL given; start one with `ctxbus up`" in err, err
