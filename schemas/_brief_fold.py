@@ -9,6 +9,7 @@ every done item, it stays over budget.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable
 from itertools import accumulate
 
@@ -69,11 +70,17 @@ def fold_done_op(
         return whole - freed[n] - summary_now + tokens(summary_line(facts)) <= budget_tokens
 
     ids = tuple(d.id for d in candidates)
-    if not fits(len(ids)):  # kept over budget by what is never folded: fold all we may
-        return FoldDone(item_ids=ids)
-    # Each folded item loses its id and author, so folding more never renders longer:
-    # binary search finds the fewest.
-    low, high = 1, len(ids)
+    all_facts = (*earlier, *(d.fact for d in candidates))
+    summary_all = tokens(summary_line(all_facts))
+    if whole - freed[-1] - summary_now + summary_all > budget_tokens:  # kept over budget by what is
+        return FoldDone(item_ids=ids)  # never folded: fold all we may
+    # Each folded item loses its id and author, so folding more never renders longer: the
+    # fewest that fit are found by search. The summary line shows only its newest facts, so
+    # its size barely moves with n: taking it at its final size puts a first guess within an
+    # item or two of the answer, and a search out from there counts it a few times, not
+    # log n times (each count of a new summary line encodes its 1,500 characters anew).
+    guess = min(max(bisect_left(freed, whole - summary_now + summary_all - budget_tokens), 1), len(ids))
+    low, high = _bracket(fits, guess, len(ids))
     while low < high:
         middle = (low + high) // 2
         if fits(middle):
@@ -81,3 +88,17 @@ def fold_done_op(
         else:
             low = middle + 1
     return FoldDone(item_ids=ids[:low])
+
+
+def _bracket(fits: Callable[[int], bool], guess: int, most: int) -> tuple[int, int]:
+    """`(low, high)` with the fewest n that fits in between, `fits(most)` being true:
+    steps out from `guess`, doubling the step, as a galloping search does."""
+    if fits(guess):
+        high, step = guess, 1
+        while high > 1 and fits(max(high - step, 1)):
+            high, step = max(high - step, 1), step * 2
+        return max(high - step + 1, 1), high
+    low, step = guess + 1, 1
+    while not fits(min(low + step - 1, most)):
+        low, step = min(low + step, most), step * 2
+    return low, min(low + step - 1, most)
