@@ -181,9 +181,11 @@ class Agent:
                 self._running.cancel()
         try:
             self._save_brief()
-            self.context.close()
         finally:
-            self._store_lock.release()
+            try:
+                self.context.close()  # even when the save failed: nothing else would close it
+            finally:
+                self._store_lock.release()
 
     # -- conversation --------------------------------------------------------------------
 
@@ -270,12 +272,14 @@ class Agent:
 
     def compose(self, user_input: str = "") -> Composition:
         """The prompt for the next model call: queued drops applied, the brief pinned."""
-        if self._queued:
+        dropped = bool(self._queued)
+        if dropped:
             apply_queued_drops(self.context, self._queued)
             self._queued.clear()
-            self._measure_tail()  # the heartbeat and ctx_status show the tail as it is now
         composition = self.context.compose(user_input, brief=self._brief_text())
         self._last_prompt_tokens = composition.report.total
+        if dropped:
+            self._measure_tail()  # the heartbeat and ctx_status show the tail as it is now
         return composition
 
     def search(self, query: str, limit: int = 5) -> list[SearchHit]:
