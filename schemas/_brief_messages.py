@@ -98,7 +98,7 @@ class Commit(BriefModel):
         # only the commits that need `resolved` carry it.
         data: dict[str, Any] = handler(self)
         if not self.resolved:
-            del data["resolved"]
+            data.pop("resolved", None)  # already left out by an `exclude` of the caller's
         return data
 
 

@@ -8,7 +8,7 @@ everywhere.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Final, TypeVar, assert_never
 
 from schemas._brief import (
@@ -169,8 +169,7 @@ def resolve(brief: TaskBrief, op: BriefOp) -> tuple[str, ...]:
     lifts. The coordinator records them in the commit (`Commit.resolved`)."""
     match op:
         case Reopen(option=option):
-            norm = normalize(option)
-            return tuple(r.id for r in brief.rejected if r.norm == norm)
+            return tuple(r.id for r in _rejections_of(brief, option))
         case _:
             return ()
 
@@ -425,8 +424,13 @@ def _remember(
 
 
 def _rejection_of(brief: TaskBrief, option: str) -> RejectedOption | None:
+    return next(_rejections_of(brief, option), None)
+
+
+def _rejections_of(brief: TaskBrief, option: str) -> Iterator[RejectedOption]:
+    """The rejections of `option`, as `normalize` compares."""
     norm = normalize(option)
-    return next((r for r in brief.rejected if r.norm == norm), None)
+    return (r for r in brief.rejected if r.norm == norm)
 
 
 def _find(items: tuple[_E, ...], item_id: str) -> _E | None:

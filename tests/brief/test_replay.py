@@ -127,6 +127,7 @@ def test_only_a_commit_that_resolved_something_carries_it_on_the_wire() -> None:
     commit = Commit.of(proposal, revision=brief.revision + 1, ts=2.0, committed_by="c", resolved=resolve(brief, reopen))
     wire = msgpack.packb(commit.model_dump(mode="json"))
     assert Commit.model_validate(msgpack.unpackb(wire)) == commit and commit.resolved
+    assert "resolved" not in plain.model_dump(exclude={"resolved"}), "a caller's exclude still works"
 
 
 def test_commit_with_a_remembered_key_only_advances_the_revision() -> None:
