@@ -171,8 +171,8 @@ class LocalContext:
         All or nothing: every item is checked before the first is added, so a bad item
         does not leave half a batch behind.
 
-        :raises InvalidMessage: for a missing or unknown key or an unusable value; nothing
-            is added then.
+        :raises InvalidMessage: for an item that is not a mapping, a missing or unknown key,
+            or an unusable value; nothing is added then.
         """
         self._check_open()
         batch = [_message_fields(item) for item in messages]

@@ -33,7 +33,8 @@ def host_context(window: int) -> ContextConfig:
 
 
 async def serve_stdio(bus: BusConfig, config: AgentConfig) -> None:
-    """Serve the agent of `config` on stdin/stdout until the client hangs up or SIGINT/SIGTERM.
+    """Serve the agent of `config` on stdin/stdout until the client hangs up or a stop
+    signal (SIGINT, SIGTERM, SIGHUP) comes.
 
     Nothing is written to stdout but MCP messages; logs go to stderr.
 

@@ -26,7 +26,7 @@ from coordinator.cli._common import (
     parse_agent_name,
     print_json,
 )
-from coordinator.cli._running import until_signal
+from coordinator.cli._running import INTERRUPTED, until_signal
 from schemas import (
     AGENT_OPS,
     KEY_MAX,
@@ -112,8 +112,9 @@ def propose(
         if given is None:
             continue
         if name not in AGENT_OPS[op].model_fields:
-            takers = ", ".join(tag for tag, model in AGENT_OPS.items() if name in model.model_fields)
-            raise typer.BadParameter(f"{op} takes no --{name} (only {takers} do)", param_hint=f"--{name}")
+            takers = [tag for tag, model in AGENT_OPS.items() if name in model.model_fields]
+            only = f"only {', '.join(takers)} {'takes' if len(takers) == 1 else 'take'} it"
+            raise typer.BadParameter(f"{op} takes no --{name} ({only})", param_hint=f"--{name}")
         fields[name] = given
     try:
         parsed = BriefOpAdapter.validate_python(fields)
@@ -161,7 +162,9 @@ def log_command(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per commit.")] = False,
 ) -> None:
     """Print the task's transaction log: every commit, in order."""
-    run_async(until_signal, lambda: _log(nats, domain, follow, as_json))  # `-f` ends with Ctrl-C: exit 0
+    finished = run_async(until_signal, lambda: _log(nats, domain, follow, as_json))
+    if not finished and not follow:  # `-f` ends with Ctrl-C: exit 0; the whole log was cut short
+        raise typer.Exit(INTERRUPTED)
 
 
 async def _log(urls: str, domain: Domain, follow: bool, as_json: bool) -> None:

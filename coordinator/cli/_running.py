@@ -12,7 +12,7 @@ from typing import Final
 
 import anyio
 
-from bus._event_loop import STOP_SIGNALS
+from bus import STOP_SIGNALS
 from schemas import first_ctxbus_error
 
 __all__ = ["INTERRUPTED", "one_error", "until_signal"]

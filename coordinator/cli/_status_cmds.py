@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from typing import Annotated
@@ -128,7 +129,10 @@ async def _top(urls: str, domain: Domain, interval: float) -> None:
     client: NatsClient = await connect(bus_config(urls))
     try:
         if console.is_terminal:
-            with Live(_agents_table(domain, []), console=console, refresh_per_second=4) as live:
+            # Log lines print above the table, unless stderr goes elsewhere (`2> file`).
+            with Live(
+                _agents_table(domain, []), console=console, refresh_per_second=4, redirect_stderr=sys.stderr.isatty()
+            ) as live:
                 await _watch(client, domain, interval, live.update)
         else:  # a pipe or a file: a live view would show only its last frame, at the end
             await _watch(client, domain, interval, console.print)

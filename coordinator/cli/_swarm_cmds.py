@@ -8,6 +8,7 @@ in-process coordinator come from here, the agent processes and the scenario from
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
 import uuid
 from collections.abc import Callable
@@ -200,7 +201,9 @@ async def _watched(runner: SwarmRunner) -> SwarmReport:
         printed = _print_events(live.console, runner, printed)
         live.update(_live_table(runner))
 
-    with Live(_live_table(runner), console=console, refresh_per_second=8, transient=False) as live:
+    # Log lines print above the table, unless stderr goes elsewhere (`2> file`).
+    redirect = sys.stderr.isatty()
+    with Live(_live_table(runner), console=console, refresh_per_second=8, redirect_stderr=redirect) as live:
         try:
             async with anyio.create_task_group() as tg:
 

@@ -25,7 +25,7 @@ UNREACHABLE = "nats://127.0.0.1:9"
         (["complete", "p1", "--outcome", "o" * 2001], r"Invalid value for OP/VALUE/options: .*outcome.*2,?000"),
         (
             ["add_note", "x", "--reason", "why"],
-            r"Invalid value for --reason: add_note takes no --reason \(only reject, reopen, remove_constraint, close do\)",
+            r"Invalid value for --reason: add_note takes no --reason \(only reject, reopen, remove_constraint, close take it\)",
         ),
     ],
     ids=["unknown-op", "empty-text", "long-outcome", "field-of-another-op"],

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import fcntl
+import io
 import os
 import pty
 import struct
@@ -63,7 +64,8 @@ def _read(fd: int) -> bytes:
 
 def test_a_pipe_gets_tables_their_room_and_columns_still_win(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("COLUMNS", raising=False)
-    piped = _console()  # pytest captures stdout: not a terminal
+    monkeypatch.setattr(sys, "stdout", io.StringIO())  # not a terminal, even under `pytest -s`
+    piped = _console()
     assert (piped.width, piped.soft_wrap) == (PIPE_WIDTH, True)
     monkeypatch.setenv("COLUMNS", "100")
     assert _console().width == 100
