@@ -47,7 +47,7 @@ def fold_done_op(
     A fold changes only the summary line and the done lines it takes, so a draft is
     weighed by those lines, each counted with its line break, rather than rendered and
     counted whole: the brief is counted once, its done lines once each (a line-caching
-    counter has them already), and the summary line O(log n) times for n done items.
+    counter has them already), and the summary line a few times (O(log n) at worst).
     With a counter that adds up over lines, as `Tokenizer.count_lines` does, the figure
     is the whole count's, but for a line break at the very end of the text.
     """

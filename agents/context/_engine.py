@@ -65,7 +65,7 @@ class LocalContext:
         clock: Callable[[], float] = time.time,
         autoflush: bool = True,
     ) -> None:
-        self._domain = domain if isinstance(domain, Domain) else Domain.parse(domain)
+        self._domain = Domain.of(domain)
         self._key = str(self._domain)
         self.config = config or ContextConfig()
         self.tokenizer = tokenizer or Tokenizer.load(self.config.encoding, pattern=self.config.encoding_pattern)
@@ -407,7 +407,7 @@ class LocalContext:
 
         :raises DomainMismatch: unless `domain` is the one this store is bound to.
         """
-        key = str(domain if isinstance(domain, Domain) else Domain.parse(domain))
+        key = str(Domain.of(domain))
         if key != self._key:
             raise DomainMismatch(self._key, key)
         self.flush()
