@@ -19,12 +19,13 @@ from agents.swarm._config import (
     check_settings,
     default_deadline,
 )
-from agents.swarm._report import AgentReport, SwarmRefusal, SwarmReport, UnreportedAgent
+from agents.swarm._report import AgentReport, LogState, SwarmRefusal, SwarmReport, UnreportedAgent
 from agents.swarm._runner import AgentStatus, SwarmRunner
 from agents.swarm._scenario import GOAL, REJECTED_OPTION
 from schemas import AgentResult, Channel2Cycle, Note, Progress, Refusal, Tally
 
 __all__ = [
+    "LogState",
     "DEADLINE_FLOOR",
     "DEFAULT_AGENTS",
     "DEFAULT_STEPS",

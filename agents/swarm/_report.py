@@ -19,9 +19,11 @@ from schemas import Channel2Cycle, Refusal, RejectionCode
 if TYPE_CHECKING:  # the runner builds the report from its own status objects
     from agents.swarm._runner import AgentStatus
 
-__all__ = ["AgentReport", "SwarmRefusal", "SwarmReport", "UnreportedAgent"]
+__all__ = ["AgentReport", "LogState", "SwarmRefusal", "SwarmReport", "UnreportedAgent"]
 
 _DELIVERED = "delivered"
+_ERRORS_QUOTED = 10
+"""Error lines a report's failure quotes; the rest are counted."""
 
 
 class AgentReport(BaseModel):
@@ -60,6 +62,18 @@ class AgentReport(BaseModel):
     unexpected: list[str]
 
 
+class LogState(BaseModel):
+    """The brief as the log gives it at the end of a run, read two ways."""
+
+    model_config = ConfigDict(frozen=True)
+
+    revision: int
+    hash: str
+    """As an agent joining now reads it: the latest snapshot, then the log after it."""
+    replay_hash: str
+    """Replayed from the log's first entry."""
+
+
 class UnreportedAgent(BaseModel):
     """An agent that never sent its result: how the runner last saw it."""
 
@@ -88,6 +102,13 @@ class SwarmReport(BaseModel):
     elapsed_s: float
     log_revision: int
     log_hash: str
+    """The brief's hash as a joiner reads it (the latest snapshot, then the log after it)."""
+    replay_hash: str
+    """The brief's hash replayed from the log's first entry: equal to `log_hash` when the
+    snapshots are what the log gives."""
+    errors_logged: list[str]
+    """ERROR lines logged during the run (the runner's process, the coordinator's when it
+    runs there, and every agent's log): must be none."""
     victim: str
     agents: list[AgentReport]
     """The agents that reported."""
@@ -103,12 +124,23 @@ class SwarmReport(BaseModel):
         """True when every invariant holds."""
         return not self.failures
 
+    def failing(self, *failures: str) -> SwarmReport:
+        """This report with more broken invariants: what the caller checked besides (the
+        brief a coordinator of its own holds, say)."""
+        return self.model_copy(update={"failures": [*self.failures, *failures]}) if failures else self
+
     @classmethod
     def build(
-        cls, config: SwarmConfig, statuses: Sequence[AgentStatus], log_state: tuple[int, str], *, elapsed: float
+        cls,
+        config: SwarmConfig,
+        statuses: Sequence[AgentStatus],
+        log_state: LogState,
+        errors_logged: Sequence[str] = (),
+        *,
+        elapsed: float,
     ) -> SwarmReport:
         """Collect the agents' results and judge the run."""
-        revision, log_hash = log_state
+        revision, log_hash = log_state.revision, log_state.hash
         failures: list[str] = []
         agents, unreported, refusals = [], [], []
         for status in statuses:
@@ -149,12 +181,21 @@ class SwarmReport(BaseModel):
             )
             refusals += [SwarmRefusal(agent=r.agent, **f.model_dump()) for f in tally.refusals]
         failures += _judge(config, agents, refusals, revision, log_hash)
+        if log_state.replay_hash != log_hash:
+            failures.append(
+                f"the brief a joiner loads (from the snapshot) has hash {log_hash[:12]}, the log replayed "
+                f"from its start {log_state.replay_hash[:12]}"
+            )
+        if errors_logged:
+            failures.append(_errors_failure(errors_logged))
         return cls(
             domain=str(config.domain),
             data_dir=config.data_dir,
             elapsed_s=round(elapsed, 1),
             log_revision=revision,
             log_hash=log_hash,
+            replay_hash=log_state.replay_hash,
+            errors_logged=list(errors_logged),
             victim=config.victim,
             agents=agents,
             unreported=unreported,
@@ -195,6 +236,12 @@ def _judge(
     if victim is None or victim.killed_at is None or victim.starts < 2 or not victim.resumed_from:
         failures.append(f"{config.victim} was not killed and resumed from its store")
     return failures
+
+
+def _errors_failure(lines: Sequence[str]) -> str:
+    quoted = "; ".join(lines[:_ERRORS_QUOTED])
+    more = f" (and {len(lines) - _ERRORS_QUOTED} more)" if len(lines) > _ERRORS_QUOTED else ""
+    return f"{len(lines)} errors were logged during the run: {quoted}{more}"
 
 
 def _channel2_failures(a: AgentReport) -> list[str]:

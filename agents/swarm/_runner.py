@@ -5,6 +5,10 @@ SIGKILLs the victim once it has done `kill_at` steps and starts it again on the 
 store, then, when every agent has finished, asks them all to report at the log's
 revision. The NATS server and the coordinator are the caller's: `agents` never imports
 `coordinator`, so the CLI starts them and hands the runner a URL.
+
+A run that logged an error has failed, whatever else it shows: the runner collects the
+ERROR records of its own process while it runs (a coordinator running beside it, as in
+the demo, included) and the ERROR lines of every agent's log.
 """
 
 from __future__ import annotations
@@ -24,10 +28,10 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from pydantic import ValidationError
 
 from agents.swarm._config import SwarmConfig, SwarmError
-from agents.swarm._report import SwarmReport
+from agents.swarm._report import LogState, SwarmReport
 from agents.swarm._scenario import agent_name
-from bus import BriefLog, BusConfig, close_quietly, connect
-from schemas import AgentResult, EventAdapter, Finished, Note, Progress, ReportRequest, brief_hash
+from bus import BriefLog, BriefState, BusConfig, close_quietly, connect
+from schemas import AgentResult, EventAdapter, Finished, Note, Progress, ReportRequest, TaskBrief, brief_hash
 
 __all__ = ["AgentStatus", "SwarmRunner"]
 
@@ -37,6 +41,10 @@ _MAX_LINE: Final = 1 << 20
 _EVENTS_KEPT: Final = 500
 _FINAL: Final = frozenset({"reported", "failed"})
 """States an agent keeps once the run is over; any other means it was stopped."""
+_ERROR_LEVELS: Final = (" ERROR ", " CRITICAL ")
+"""How an error shows in an agent's log line (the worker's format: time, level, logger)."""
+_ERRORS_KEPT: Final = 1000
+"""Error records kept from this process, at most: a flood of them is one failure anyway."""
 
 
 @dataclass
@@ -54,6 +62,18 @@ class AgentStatus:
     killed_at: int | None = None
     """The step count the runner saw when it sent SIGKILL."""
     finished: anyio.Event = field(default_factory=anyio.Event, repr=False)
+
+
+class _ErrorRecords(logging.Handler):
+    """Keeps the ERROR records (and worse) logged while a run goes, as one line each."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.ERROR)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if len(self.lines) < _ERRORS_KEPT:
+            self.lines.append(f"{record.levelname} {record.name}: {record.getMessage()}")
 
 
 class SwarmRunner:
@@ -82,6 +102,8 @@ class SwarmRunner:
         self._agents_dir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         limit = self.config.time_limit
+        errors = _ErrorRecords()
+        logging.getLogger().addHandler(errors)
         try:
             with anyio.fail_after(limit):
                 async with anyio.create_task_group() as tg:
@@ -93,6 +115,7 @@ class SwarmRunner:
                 f"the swarm did not finish within {limit:.0f}s (--deadline); agent logs are in {self._agents_dir}"
             ) from None
         finally:
+            logging.getLogger().removeHandler(errors)
             with anyio.CancelScope(shield=True):
                 for process in list(self._processes.values()):
                     if process.returncode is None:
@@ -101,23 +124,44 @@ class SwarmRunner:
             for status in self.agents:
                 if status.state not in _FINAL:
                     status.state = "stopped"
-        return SwarmReport.build(self.config, self.agents, state, elapsed=time.monotonic() - started)
+        logged = [f"swarm runner: {line}" for line in errors.lines] + self._agent_errors()
+        return SwarmReport.build(self.config, self.agents, state, logged, elapsed=time.monotonic() - started)
 
-    async def _report_barrier(self) -> tuple[int, str]:
-        """Wait until every agent finished, then ask each to report at the log's revision."""
+    async def _report_barrier(self) -> LogState:
+        """Wait until every agent finished, then ask each to report at the log's revision.
+
+        The log's brief is read twice: as a joining agent reads it (the latest snapshot,
+        then the log after it) and replayed from the log's first entry; the report
+        checks that they agree.
+        """
         for status in self.agents:
             await status.finished.wait()
         client = await connect(BusConfig(servers=[self.config.nats_url], name="swarm-runner"))
         try:
-            state = await BriefLog(client).load(self.config.domain)
+            log = BriefLog(client)
+            joined = await log.load(self.config.domain)
+            replayed = await log.catch_up(BriefState(TaskBrief(domain=self.config.domain), 0), until=joined.seq)
         finally:
             await close_quietly(client)
-        request = (ReportRequest(revision=state.brief.revision).model_dump_json() + "\n").encode()
+        request = (ReportRequest(revision=joined.brief.revision).model_dump_json() + "\n").encode()
         for status in self.agents:
             process = self._processes.get(status.name)
             if status.state == "finished" and process is not None and process.stdin is not None:
                 await process.stdin.send(request)
-        return state.brief.revision, brief_hash(state.brief)
+        return LogState(
+            revision=joined.brief.revision, hash=brief_hash(joined.brief), replay_hash=brief_hash(replayed.brief)
+        )
+
+    def _agent_errors(self) -> list[str]:
+        """The ERROR lines of every agent's log, named by agent (both lives of the victim)."""
+        found = []
+        for status in self.agents:
+            path = self._log_path(status)
+            if not path.exists():
+                continue
+            with path.open(encoding="utf-8", errors="replace") as lines:
+                found += [f"{status.name}: {line.strip()}" for line in lines if any(lv in line for lv in _ERROR_LEVELS)]
+        return found
 
     async def _supervise(self, index: int, status: AgentStatus) -> None:
         """Run the agent's process; after the planned SIGKILL, start it again once."""

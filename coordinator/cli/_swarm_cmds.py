@@ -7,6 +7,7 @@ in-process coordinator come from here, the agent processes and the scenario from
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import sys
 import tempfile
@@ -37,11 +38,11 @@ from agents.swarm import (
     check_settings,
 )
 from bus import BusConfig, EmbeddedServer, close_quietly, connect, run_async
-from coordinator import Coordinator
+from coordinator import Coordinator, CoordinatorConfig
 from coordinator.cli._app import app
 from coordinator.cli._common import console, coordinator_config, errors, print_json
 from coordinator.cli._running import INTERRUPTED, one_error, until_signal
-from schemas import Domain
+from schemas import Domain, brief_hash
 
 __all__: list[str] = []
 
@@ -167,8 +168,11 @@ async def _demo(root: Path, config_for: Callable[[str], SwarmConfig], quiet: boo
             try:
                 with one_error():
                     async with anyio.create_task_group() as tg:
-                        await tg.start(Coordinator(client, coordinator_config("swarm-demo")).run)
-                        reports.append(await _swarm(config_for(server.url), quiet))
+                        coordinator = Coordinator(client, _demo_coordinator_config())
+                        await tg.start(coordinator.run)
+                        config = config_for(server.url)
+                        report = await _swarm(config, quiet)
+                        reports.append(report.failing(*_cache_failures(coordinator, config.domain, report)))
                         tg.cancel_scope.cancel()
             finally:
                 with anyio.CancelScope(shield=True):
@@ -179,6 +183,24 @@ async def _demo(root: Path, config_for: Callable[[str], SwarmConfig], quiet: boo
 
     await until_signal(body)
     return reports[0] if reports else None
+
+
+_DEMO_SNAPSHOT_EVERY = 20
+"""Commits between snapshots in the demo: often enough that its report checks the brief a
+joiner loads from a snapshot, not only a replay of the whole log."""
+
+
+def _demo_coordinator_config() -> CoordinatorConfig:
+    return dataclasses.replace(coordinator_config("swarm-demo"), snapshot_every=_DEMO_SNAPSHOT_EVERY)
+
+
+def _cache_failures(coordinator: Coordinator, domain: Domain, report: SwarmReport) -> list[str]:
+    """The brief the demo's coordinator holds must be the one the log gives."""
+    committer = coordinator.committer(domain)
+    cached = committer.brief if committer is not None else None
+    if cached is None or cached.revision != report.log_revision or brief_hash(cached) == report.log_hash:
+        return []
+    return [f"the coordinator's cached brief has hash {brief_hash(cached)[:12]}, the log {report.log_hash[:12]}"]
 
 
 async def _swarm(config: SwarmConfig, quiet: bool) -> SwarmReport:
@@ -320,6 +342,8 @@ def _print_report(report: SwarmReport) -> None:
         same = "no agent reported"
     elif len(hashes) == 1 and report.log_hash in hashes:
         same = f"the same on {scope}"
+        if report.replay_hash == report.log_hash:
+            same += ", a joiner from the snapshot and a replay of the log"
     else:
         same = "NOT the same everywhere"
     console.print(f"brief: rev {report.log_revision}, hash {report.log_hash[:12]}, {same}")
@@ -335,6 +359,8 @@ def _print_report(report: SwarmReport) -> None:
         console.print(
             f"{victim.agent}: SIGKILL after step {victim.killed_at}, resumed at step {victim.resumed_from} from its store"
         )
+    if not report.errors_logged:
+        console.print("errors logged: none (coordinator and every agent)")
     if report.ok:
         console.print("[bold green]all invariants hold[/]")
     for failure in report.failures:

@@ -11,7 +11,17 @@ from typing import Any
 
 import pytest
 
-from agents.swarm import AgentResult, AgentStatus, Channel2Cycle, Note, SwarmConfig, SwarmReport, SwarmRunner, Tally
+from agents.swarm import (
+    AgentResult,
+    AgentStatus,
+    Channel2Cycle,
+    LogState,
+    Note,
+    SwarmConfig,
+    SwarmReport,
+    SwarmRunner,
+    Tally,
+)
 from coordinator.cli._common import console
 from coordinator.cli._swarm_cmds import _live_table, _print_events, _print_report
 from schemas import Domain
@@ -41,9 +51,11 @@ def test_demo_report_holds_every_invariant(tmp_path: Path) -> None:
     agents = {a["agent"]: a for a in report["agents"]}
     assert sorted(agents) == ["agent-1", "agent-2", "agent-3"]
 
-    # One brief: every agent holds the log's revision and hash.
-    assert {a["hash"] for a in agents.values()} == {report["log_hash"]}
+    # One brief: every agent holds the log's revision and hash, which a joiner from the
+    # snapshot and a replay of the whole log get too; nothing logged an error.
+    assert {a["hash"] for a in agents.values()} == {report["log_hash"]} == {report["replay_hash"]}
     assert {a["revision"] for a in agents.values()} == {report["log_revision"]}
+    assert report["errors_logged"] == []
 
     # Channel 2: reached, and exactly one message per delivered cycle.
     assert any("channel2" in a["bands"] for a in agents.values())
@@ -165,7 +177,9 @@ def test_the_report_has_a_row_for_an_agent_that_never_reported_and_says_who_agre
 ) -> None:
     monkeypatch.setattr(console, "width", 300)  # the whole table, whatever runs the tests
     statuses = [_reported("agent-1"), AgentStatus("agent-2", state="failed", exit_codes=[1]), _reported("agent-3")]
-    report = SwarmReport.build(CONFIG, statuses, (15, "ab" * 32), elapsed=1.0)
+    report = SwarmReport.build(
+        CONFIG, statuses, LogState(revision=15, hash="ab" * 32, replay_hash="ab" * 32), elapsed=1.0
+    )
     with console.capture() as capture:
         _print_report(report)
     text = capture.get()
@@ -184,7 +198,9 @@ def test_a_screen_too_narrow_for_the_tables_shows_every_name_and_figure_uncut(
     monkeypatch.setattr(console, "width", 80)  # as on a terminal of 80 columns
     monkeypatch.setattr(console, "soft_wrap", False)
     statuses = [_reported("agent-1"), AgentStatus("agent-2", state="failed", exit_codes=[1])]
-    report = SwarmReport.build(CONFIG, statuses, (15, "ab" * 32), elapsed=1.0)
+    report = SwarmReport.build(
+        CONFIG, statuses, LogState(revision=15, hash="ab" * 32, replay_hash="ab" * 32), elapsed=1.0
+    )
     with console.capture() as capture:
         _print_report(report)
         console.print(_live_table(SwarmRunner(CONFIG)))

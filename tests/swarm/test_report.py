@@ -11,6 +11,7 @@ from agents.swarm import (
     AgentStatus,
     Channel2Cycle,
     InvalidSwarmConfig,
+    LogState,
     Refusal,
     SwarmConfig,
     SwarmReport,
@@ -49,11 +50,16 @@ def _status(name: str, **changes: object) -> AgentStatus:
 
 
 def _judge(*statuses: AgentStatus) -> list[str]:
-    return SwarmReport.build(CONFIG, statuses, (15, HASH), elapsed=1.0).failures
+    return SwarmReport.build(CONFIG, statuses, LogState(revision=15, hash=HASH, replay_hash=HASH), elapsed=1.0).failures
 
 
 def test_a_clean_run_holds() -> None:
-    report = SwarmReport.build(CONFIG, [_status("agent-1"), _status("agent-2")], (15, HASH), elapsed=1.0)
+    report = SwarmReport.build(
+        CONFIG,
+        [_status("agent-1"), _status("agent-2")],
+        LogState(revision=15, hash=HASH, replay_hash=HASH),
+        elapsed=1.0,
+    )
     assert report.ok and report.failures == []
     assert [r.agent for r in report.refusals] == ["agent-2"]
     assert report.model_dump(mode="json")["ok"] is True
@@ -93,9 +99,40 @@ def test_no_channel2_no_refusal_no_restart_and_a_silent_agent_all_fail() -> None
     assert "agent-2 was not killed and resumed from its store" in failures
 
 
+def test_a_snapshot_that_is_not_what_the_log_gives_fails_the_run() -> None:
+    """Every agent agrees with the joiner's view, but a replay of the whole log gives
+    another brief: the snapshot joiners start from went wrong."""
+    log = LogState(revision=15, hash=HASH, replay_hash="cd" * 32)
+    report = SwarmReport.build(CONFIG, [_status("agent-1"), _status("agent-2")], log, elapsed=1.0)
+    assert report.failures == [
+        "the brief a joiner loads (from the snapshot) has hash abababababab, the log replayed from its start cdcdcdcdcdcd"
+    ]
+
+
+def test_any_error_logged_fails_the_run_and_is_quoted() -> None:
+    logged = [f"agent-{i % 2 + 1}: 2026-12-04 ERROR agents.x: boom {i}" for i in range(12)]
+    log = LogState(revision=15, hash=HASH, replay_hash=HASH)
+    report = SwarmReport.build(CONFIG, [_status("agent-1"), _status("agent-2")], log, logged, elapsed=1.0)
+    [failure] = report.failures
+    assert failure.startswith("12 errors were logged during the run: agent-1: 2026-12-04 ERROR agents.x: boom 0; ")
+    assert failure.endswith("boom 9 (and 2 more)")
+    assert not report.ok and report.errors_logged == logged
+
+
+def test_a_failure_found_by_the_caller_is_added_to_the_report() -> None:
+    log = LogState(revision=15, hash=HASH, replay_hash=HASH)
+    report = SwarmReport.build(CONFIG, [_status("agent-1"), _status("agent-2")], log, elapsed=1.0)
+    assert report.failing() is report
+    failed = report.failing("the coordinator's cached brief has hash 0000")
+    assert not failed.ok and failed.failures == ["the coordinator's cached brief has hash 0000"]
+    assert report.ok, "the report itself is left as it was"
+
+
 def test_an_agent_that_never_reported_is_listed_with_how_it_was_last_seen() -> None:
     crashed = AgentStatus("agent-2", state="failed", exit_codes=[-9, 1], killed_at=30)
-    report = SwarmReport.build(CONFIG, [_status("agent-1"), crashed], (15, HASH), elapsed=1.0)
+    report = SwarmReport.build(
+        CONFIG, [_status("agent-1"), crashed], LogState(revision=15, hash=HASH, replay_hash=HASH), elapsed=1.0
+    )
     assert [a.agent for a in report.agents] == ["agent-1"]
     assert report.unreported == [UnreportedAgent(agent="agent-2", state="failed", exit_codes=[-9, 1], killed_at=30)]
     assert report.model_dump(mode="json")["unreported"] == [
