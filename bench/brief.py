@@ -124,7 +124,9 @@ async def _send_paced(client: NatsClient, domain: Domain, ops: int) -> None:
         await anyio.sleep(_PACE / 3)
         await js.publish(STORED_SUBJECT, padding)
         await anyio.sleep(_PACE / 3)
-        proposal = Proposal(domain=domain, author="bench", op=AddNote(text=f"p{i}"), key=f"p{i}")
+        proposal = Proposal(
+            domain=domain, author="bench", op=AddNote(text=f"p{i}"), key=f"p{i}", deadline=time.time() + 60
+        )
         commit = Commit.of(proposal, revision=state.brief.revision + 1, ts=time.time(), committed_by="bench")
         seq = await log.append(state, [commit], sender="bench")
         state = BriefState(apply(state.brief, commit), seq)

@@ -9,7 +9,16 @@ from nats.aio.client import Client as NatsClient
 from bus._brief_log import BriefLog, BriefState, batch_msg_id, commits_of
 from bus._cluster import LoopbackCluster
 from bus._connection import DEFAULT_CONNECT_DEADLINE, BusConfig, TlsConfig, close_quietly, connect
-from bus._errors import BusError, BusUnavailable, CasConflict, LeaseHeld, LogTruncated, ServerError, StreamMissing
+from bus._errors import (
+    AppendExpired,
+    BusError,
+    BusUnavailable,
+    CasConflict,
+    LeaseHeld,
+    LogTruncated,
+    ServerError,
+    StreamMissing,
+)
 from bus._event_loop import NO_UVLOOP_ENV, STOP_SIGNALS, anyio_backend, event_loop_name, run_async, uses_uvloop
 from bus._kv import Bucket, BucketConfig, KvEntry
 from bus._leases import Lease, LeaseConfig, Leases
@@ -39,6 +48,7 @@ from bus._subjects import (
 from bus._txlog import LogEntry, TxLog, TxLogConfig
 
 __all__ = [
+    "AppendExpired",
     "STOP_SIGNALS",
     "BRIEF_BUCKET",
     "BriefLog",

@@ -7,6 +7,7 @@ hashes would differ; so that logic lives here, once, below both of them.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import logging
@@ -15,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Final, NoReturn
 
 from nats.aio.client import Client
-from pydantic import ValidationError
 
 from bus._errors import BusError, BusUnavailable, CasConflict, LogTruncated
 from bus._kv import Bucket, BucketConfig, KvEntry
@@ -27,9 +27,8 @@ from schemas import (
     BriefSnapshot,
     Commit,
     CommitBatch,
+    CommitEnvelope,
     Domain,
-    Envelope,
-    MessageType,
     ReplayError,
     TaskBrief,
     WireError,
@@ -54,18 +53,22 @@ sends more, so a batch must be split before that."""
 
 
 def batch_msg_id(commits: Sequence[Commit]) -> str:
-    """The log message id of a batch: a digest of its revisions, authors, keys and ops.
+    """The log message id of a batch: a digest of its revisions, authors, keys, ops and
+    commit times.
 
     Deterministic, so a retried append of the same batch is recognised as already
     stored; different for any other batch, even one starting with the same proposal,
-    and even one whose author sent another op under the same key at the same revision
+    even one whose author sent another op under the same key at the same revision
     through another coordinator (taken for our own append, it would be answered as
-    committed and lost).
+    committed and lost), and even the same proposals judged again later: the brief
+    depends on the commit times (it forgets keys by them), so a coordinator that took
+    such a batch for its own would hold a brief the log does not give.
     """
     digest = hashlib.sha256()
     for commit in commits:
         digest.update(
-            f"{commit.revision}\x1f{commit.author}\x1f{commit.key}\x1f{op_fingerprint(commit.op)}\x1e".encode()
+            f"{commit.revision}\x1f{commit.author}\x1f{commit.key}\x1f{op_fingerprint(commit.op)}"
+            f"\x1f{commit.ts!r}\x1e".encode()
         )
     return f"{commits[0].domain.subject_prefix}:{commits[0].revision}:{digest.hexdigest()[:32]}"
 
@@ -165,10 +168,15 @@ class BriefLog:
             return None
         return BriefState(snap.brief, snap.seq)
 
-    async def catch_up(self, state: BriefState) -> BriefState:
-        """`state` with every commit after `state.seq` applied, up to the log's end now."""
-        async for entry in self.txlog.read(subject(state.domain, Verb.TX), state.seq + 1):
-            state = self.apply_entry(state, entry)
+    async def catch_up(self, state: BriefState, *, until: int | None = None) -> BriefState:
+        """`state` with every commit after `state.seq` applied, up to the log's end now,
+        or up to the entry at sequence `until` (an earlier point of the log)."""
+        entries = self.txlog.read(subject(state.domain, Verb.TX), state.seq + 1)
+        async with contextlib.aclosing(entries):
+            async for entry in entries:
+                if until is not None and entry.seq > until:
+                    break
+                state = self.apply_entry(state, entry)
         return state
 
     async def refresh(self, state: BriefState, log_end: int | None = None) -> BriefState:
@@ -229,22 +237,21 @@ class BriefLog:
         """Append `commits` as one entry if the log is still at `state.seq`.
 
         Returns the entry's stream sequence; the caller already holds the brief after
-        the commits (it built them by applying each in turn).
+        the commits (it built them by applying each in turn). No attempt is sent once the
+        earliest deadline of the proposals the commits carry has passed.
 
         :raises CasConflict: if another writer appended since `state.seq`.
+        :raises AppendExpired: if a deadline passed before the entry could be sent.
         :raises PayloadTooLarge: if the batch does not fit in one message.
         """
-        envelope = Envelope(
-            type=MessageType.COMMIT,
-            domain=state.domain,
-            sender=sender,
-            body=CommitBatch(commits=tuple(commits)).model_dump(mode="json"),
-        )
+        envelope = CommitEnvelope(domain=state.domain, sender=sender, body=CommitBatch(commits=tuple(commits)))
+        deadlines = [commit.deadline for commit in commits if commit.deadline is not None]
         return await self.txlog.append(
             subject(state.domain, Verb.TX),
             envelope.encode(max_size=self._max_payload - HEADER_ROOM),
             batch_msg_id(commits),
             expected_last_subject_seq=state.seq,
+            not_after=min(deadlines, default=None),
         )
 
     async def snapshot(self, state: BriefState) -> bool:
@@ -296,10 +303,10 @@ class BriefLog:
         try:
             envelope = _commit_envelope(entry)
             brief = state.brief
-            for commit in CommitBatch.model_validate(envelope.body).commits:
+            for commit in envelope.body.commits:
                 brief = apply(brief, commit)
             return BriefState(brief, entry.seq, last_writer=envelope.sender)
-        except (WireError, ValidationError, ReplayError) as exc:
+        except (WireError, ReplayError) as exc:
             log.error(
                 "skipping log entry %d of %s: %s",
                 entry.seq,
@@ -313,20 +320,16 @@ class BriefLog:
 def commits_of(entry: LogEntry) -> tuple[Commit, ...]:
     """The commits one log entry carries, for tools that inspect the log.
 
-    :raises WireError: if the entry is not a commit envelope.
-    :raises pydantic.ValidationError: if its body is not a commit batch.
+    :raises WireError: if the entry is not a commit envelope, or its body not a batch.
     """
-    return CommitBatch.model_validate(_commit_envelope(entry).body).commits
+    return _commit_envelope(entry).body.commits
 
 
-def _commit_envelope(entry: LogEntry) -> Envelope:
+def _commit_envelope(entry: LogEntry) -> CommitEnvelope:
     # No size limit: the server checked it when it stored the entry, against its own
     # max_payload, which may be larger than the default; a replica must not skip what
     # the coordinator applied.
-    envelope = Envelope.decode(entry.payload, max_size=None)
-    if envelope.type is not MessageType.COMMIT:
-        raise WireError(f"a {envelope.type} envelope is not a commit")
-    return envelope
+    return CommitEnvelope.decode(entry.payload, max_size=None)
 
 
 def _supersedes(stored: tuple[int, int], new: tuple[int, int]) -> bool:

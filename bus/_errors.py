@@ -6,6 +6,7 @@ CtxbusError
     ├── BusUnavailable       no server answered in time (down, restarting, unreachable)
     │   └── StreamMissing    no stream answered a read: not created yet, or lost with a store
     ├── CasConflict          a compare-and-set found another last sequence
+    ├── AppendExpired        an append's attempts went on past what it carries may be sent
     ├── LogTruncated         a log no longer holds entries a reader has seen
     └── LeaseHeld            a lease is already claimed by another holder
 """
@@ -14,7 +15,16 @@ from __future__ import annotations
 
 from schemas import CtxbusError
 
-__all__ = ["BusError", "ServerError", "BusUnavailable", "StreamMissing", "CasConflict", "LogTruncated", "LeaseHeld"]
+__all__ = [
+    "BusError",
+    "ServerError",
+    "BusUnavailable",
+    "StreamMissing",
+    "CasConflict",
+    "AppendExpired",
+    "LogTruncated",
+    "LeaseHeld",
+]
 
 
 class BusError(CtxbusError):
@@ -47,6 +57,20 @@ class CasConflict(BusError):
         self.actual = actual
         found = "unknown" if actual is None else str(actual)
         super().__init__(f"{subject}: expected last sequence {expected}, found {found}")
+
+
+class AppendExpired(BusError):
+    """Raised when an append would be sent (or sent again) after its `not_after` time:
+    what it carries may not be stored that late (proposals past their deadline).
+
+    An attempt sent earlier may still have been stored: the caller reads the log to
+    know, as after any failed append.
+    """
+
+    def __init__(self, subject: str, late: float) -> None:
+        self.subject = subject
+        self.late = late
+        super().__init__(f"append to {subject} not sent: {late:.1f}s past the deadline of what it carries")
 
 
 class LogTruncated(BusError):

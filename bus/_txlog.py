@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -44,7 +45,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext, api
 
-from bus._errors import BusError, BusUnavailable, CasConflict, LogTruncated
+from bus._errors import AppendExpired, BusError, BusUnavailable, CasConflict, LogTruncated
 from bus._retry import Retry
 from bus._streams import (
     DUPLICATE_IN_PROCESS,
@@ -151,6 +152,7 @@ class TxLog:
         msg_id: str,
         *,
         expected_last_subject_seq: int | None = None,
+        not_after: float | None = None,
     ) -> int:
         """Append `payload` to `subject` and return its stream sequence.
 
@@ -159,7 +161,10 @@ class TxLog:
 
         :param expected_last_subject_seq: append only if the last message on `subject`
             has this stream sequence (0: the subject is empty).
+        :param not_after: Unix time after which no attempt is sent (checked before each):
+            for a payload that may not be stored later than that.
         :raises CasConflict: if `subject` has moved past `expected_last_subject_seq`.
+        :raises AppendExpired: if `not_after` passed before an attempt could be sent.
         :raises BusUnavailable: if no ack arrived before the configured deadline.
         """
         headers = {MSG_ID: msg_id}
@@ -167,6 +172,8 @@ class TxLog:
             headers[EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_subject_seq)
         retry = Retry(self.config.deadline)
         while (left := retry.left()) > 0:
+            if not_after is not None and (late := time.time() - not_after) > 0:
+                raise AppendExpired(subject, late)
             try:
                 ack = await self._js.publish(
                     subject,

@@ -26,6 +26,12 @@ class Metrics:
     """Proposals passed on to the coordinator that owns their domain, and answered by it."""
     rejections: Counter[str] = field(default_factory=Counter)
     dead_letters: Counter[str] = field(default_factory=Counter)
+    self_check_failures: int = 0
+    """Snapshots refused because the cached brief disagreed with the log."""
+    purges: int = 0
+    """Closed domains whose log was purged."""
+    purge_failures: int = 0
+    """Attempts to purge a closed domain's log that failed."""
     last_error: str | None = None
     last_error_at: float | None = None
     _recent: deque[float] = field(default_factory=deque)
@@ -42,6 +48,9 @@ class Metrics:
 
     def dead_lettered(self, reason: str) -> None:
         self.dead_letters[reason] += 1
+
+    def self_check_failed(self) -> None:
+        self.self_check_failures += 1
 
     def error(self, message: str) -> None:
         self.last_error = message
@@ -66,6 +75,7 @@ class Metrics:
             forwarded=self.forwarded,
             rejections=dict(self.rejections),
             dead_letters=dict(self.dead_letters),
+            self_check_failures=self.self_check_failures,
             last_error=self.last_error,
             last_error_at=self.last_error_at,
         )
@@ -92,6 +102,9 @@ class Metrics:
             "# HELP ctxbus_dead_letters_total Undecodable messages sent to a dead-letter subject.",
             "# TYPE ctxbus_dead_letters_total counter",
             *(f'ctxbus_dead_letters_total{{{label},reason="{r}"}} {n}' for r, n in sorted(self.dead_letters.items())),
+            "# HELP ctxbus_self_check_failures_total Snapshots refused: the cached brief disagreed with the log.",
+            "# TYPE ctxbus_self_check_failures_total counter",
+            f"ctxbus_self_check_failures_total{{{label}}} {self.self_check_failures}",
             "# HELP ctxbus_domains Domains cached by this coordinator.",
             "# TYPE ctxbus_domains gauge",
             f"ctxbus_domains{{{label}}} {domains}",

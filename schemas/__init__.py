@@ -5,11 +5,13 @@ Imports nothing else of ctxbus: `bus`, `agents` and `coordinator` all build on i
 
 from schemas._brief import (
     AUTHOR_MAX,
+    CLOCK_SKEW_MAX,
     ID_MAX,
+    KEY_GRACE,
     KEY_MAX,
-    KEYS_PER_AUTHOR,
     KEYS_REMEMBERED,
     OPTION_MAX,
+    PROPOSAL_TTL_MAX,
     REASON_MAX,
     TEXT_MAX,
     Closure,
@@ -23,16 +25,20 @@ from schemas._brief import (
     normalize,
 )
 from schemas._brief_fold import fold_done_op
+from schemas._brief_judge import Judgement, judge_batch
 from schemas._brief_messages import (
     Commit,
     CommitBatch,
+    CommitEnvelope,
     Committed,
     Proposal,
+    ProposalEnvelope,
     Rejection,
     RejectionCode,
     Reply,
     ReplyAdapter,
-    parse_proposal,
+    ReplyEnvelope,
+    refuse_agent_proposal,
 )
 from schemas._brief_ops import (
     AGENT_OPS,
@@ -56,10 +62,11 @@ from schemas._brief_ops import (
 )
 from schemas._brief_render import render_brief, render_growth_bound
 from schemas._brief_rules import ReplayError, applied_revision, apply, apply_accepted, resolve, triage, validate
-from schemas._brief_snapshot import BriefSnapshot
+from schemas._brief_snapshot import BriefSnapshot, SnapshotEnvelope
 from schemas._domain import DOMAIN_TOKEN_MAX, Domain, validate_token
 from schemas._envelope import DEFAULT_MAX_PAYLOAD, ENVELOPE_VERSION, SUPPORTED_VERSIONS, Envelope, MessageType
 from schemas._errors import (
+    BodyInvalid,
     CtxbusError,
     DecodeError,
     EnvelopeInvalid,
@@ -68,6 +75,7 @@ from schemas._errors import (
     SchemaVersionError,
     UsageError,
     WireError,
+    WrongMessageType,
     describe_validation_error,
     first_ctxbus_error,
 )
@@ -85,7 +93,13 @@ from schemas._message import (
     message_id,
 )
 from schemas._presence import Presence
-from schemas._status import DEAD_LETTER_DETAIL_MAX, DEAD_LETTER_QUOTE_MAX, CoordinatorStatus, DeadLetter
+from schemas._status import (
+    DEAD_LETTER_DETAIL_MAX,
+    DEAD_LETTER_QUOTE_MAX,
+    CoordinatorStatus,
+    DeadLetter,
+    DeadLetterEnvelope,
+)
 from schemas._swarm_events import (
     AgentResult,
     Channel2Cycle,
@@ -108,14 +122,17 @@ __all__ = [
     "AddNote",
     "AddPending",
     "AgentResult",
+    "BodyInvalid",
     "BriefOp",
     "BriefOpAdapter",
     "BriefSnapshot",
+    "CLOCK_SKEW_MAX",
     "Channel2Cycle",
     "Close",
     "Closure",
     "Commit",
     "CommitBatch",
+    "CommitEnvelope",
     "Committed",
     "Complete",
     "CoordinatorStatus",
@@ -124,9 +141,10 @@ __all__ = [
     "DEAD_LETTER_QUOTE_MAX",
     "DEFAULT_MAX_PAYLOAD",
     "DOMAIN_TOKEN_MAX",
+    "DeadLetter",
+    "DeadLetterEnvelope",
     "Decision",
     "DecodeError",
-    "DeadLetter",
     "Domain",
     "DoneItem",
     "DoneSummary",
@@ -141,8 +159,9 @@ __all__ = [
     "ID_MAX",
     "InvalidDomain",
     "Item",
-    "KEYS_PER_AUTHOR",
+    "Judgement",
     "KEYS_REMEMBERED",
+    "KEY_GRACE",
     "KEY_MAX",
     "LeaseRecord",
     "MESSAGE_KINDS",
@@ -155,10 +174,12 @@ __all__ = [
     "MessageType",
     "Note",
     "OPTION_MAX",
+    "PROPOSAL_TTL_MAX",
     "PayloadTooLarge",
     "Presence",
     "Progress",
     "Proposal",
+    "ProposalEnvelope",
     "REASON_MAX",
     "Refusal",
     "Reject",
@@ -170,16 +191,19 @@ __all__ = [
     "ReplayError",
     "Reply",
     "ReplyAdapter",
+    "ReplyEnvelope",
     "ReportRequest",
     "ResolveBlocker",
     "SUPPORTED_VERSIONS",
     "SchemaVersionError",
     "SetGoal",
+    "SnapshotEnvelope",
     "TEXT_MAX",
     "Tally",
     "TaskBrief",
     "UsageError",
     "WireError",
+    "WrongMessageType",
     "applied_revision",
     "apply",
     "apply_accepted",
@@ -188,10 +212,11 @@ __all__ = [
     "describe_validation_error",
     "first_ctxbus_error",
     "fold_done_op",
+    "judge_batch",
     "message_id",
     "normalize",
     "op_fingerprint",
-    "parse_proposal",
+    "refuse_agent_proposal",
     "render_brief",
     "render_growth_bound",
     "resolve",

@@ -25,8 +25,13 @@ from schemas._errors import UsageError
 __all__ = [
     "AUTHOR_MAX",
     "ID_MAX",
-    "KEYS_PER_AUTHOR",
+    "CLOCK_SKEW_MAX",
+    "KEY_GRACE",
+    "KEYS_PRUNE_EVERY",
     "KEYS_REMEMBERED",
+    "KEYS_TRIM_SLACK",
+    "PROPOSAL_TTL_MAX",
+    "RememberedKey",
     "KEY_MAX",
     "OPTION_MAX",
     "REASON_MAX",
@@ -66,14 +71,28 @@ AUTHOR_MAX: Final = 128
 """Longest agent or coordinator id, as for the envelope's `sender`."""
 KEY_MAX: Final = 128
 """Longest idempotency key."""
-KEYS_PER_AUTHOR: Final = 64
-"""Idempotency keys remembered per author; see `TaskBrief.applied_keys`."""
-KEYS_REMEMBERED: Final = 2048
-"""Idempotency keys remembered in all, the newest kept: bounds the brief (and its
-snapshot) however many authors come and go; see `TaskBrief.applied_keys`."""
-KEYS_TRIM_SLACK: Final = 256
+PROPOSAL_TTL_MAX: Final = 600.0
+"""Longest a proposal may stay valid, in seconds from when a coordinator first sees it:
+a deadline further out is refused, since it would keep its key remembered as long."""
+CLOCK_SKEW_MAX: Final = 30.0
+"""How far apart, in seconds, the clocks of proposers and coordinators may be. Deadlines
+are Unix times set by the proposer's clock and judged by the coordinator's, and keys are
+forgotten by the commits' timestamps, so the rules leave this much room each way."""
+KEY_GRACE: Final = 300.0
+"""Seconds past its proposal's deadline that a committed key is remembered: at least
+twice `CLOCK_SKEW_MAX` (so no coordinator, however its clock runs, can still take a copy
+of the proposal once the key is forgotten), and long enough that proposing again by hand
+with the same key after a timeout is still recognised; see `TaskBrief.applied_keys`."""
+KEYS_REMEMBERED: Final = 8192
+"""Keys remembered at most, of all authors together: bounds the brief (and its snapshot)
+however fast a domain commits. Only a domain committing faster than this many per
+`KEY_GRACE` and deadline reaches it; see `TaskBrief.keys_forgotten_until`."""
+KEYS_TRIM_SLACK: Final = 512
 """Keys remembered beyond `KEYS_REMEMBERED` before the oldest are dropped, all at once:
 the trim sorts every key, so it runs once per this many commits, not on each."""
+KEYS_PRUNE_EVERY: Final = 256
+"""Revisions between two sweeps of the keys past their time: the sweep reads every key,
+so it runs at fixed revisions (the same on every replica), not on each commit."""
 
 
 def normalize(text: str) -> str:
@@ -109,6 +128,9 @@ ItemId: TypeAlias = Annotated[str, StringConstraints(strip_whitespace=True, min_
 AuthorId: TypeAlias = Annotated[str, StringConstraints(min_length=1, max_length=AUTHOR_MAX)]
 IdempotencyKey: TypeAlias = Annotated[str, StringConstraints(min_length=1, max_length=KEY_MAX)]
 Revision: TypeAlias = Annotated[int, Field(ge=0)]
+RememberedKey: TypeAlias = tuple[Revision, int, int]
+"""A committed idempotency key's revision, op fingerprint and deadline (whole Unix
+seconds, rounded up), as `TaskBrief.applied_keys` holds it."""
 
 
 def _parse_domain(value: object) -> object:
@@ -259,14 +281,22 @@ class TaskBrief(BriefModel):
     """Open obstacles, oldest first; resolving one removes it."""
     notes: tuple[Item, ...] = ()
     """Anything else worth sharing, oldest first."""
-    applied_keys: dict[AuthorId, tuple[tuple[IdempotencyKey, Revision, int], ...]] = Field(default_factory=dict)
-    """Per author, the last `KEYS_PER_AUTHOR` idempotency keys committed, each with its
-    revision and the fingerprint of its op (`op_fingerprint`), oldest first; of those,
-    only the newest `KEYS_REMEMBERED` or so in all (authors come and go: coordinators
-    restarted under new ids fold under new names). Part of the replicated state so that
-    any coordinator can answer a retried proposal with its original revision, and refuse
-    a key reused for another op; a retry of a commit older than that may be committed
-    again."""
+    applied_keys: dict[AuthorId, dict[IdempotencyKey, RememberedKey]] = Field(default_factory=dict)
+    """Per author, the idempotency keys committed recently, each with its revision, the
+    fingerprint of its op (`op_fingerprint`) and its proposal's deadline. Part of the
+    replicated state so that any coordinator can answer a retried proposal with its
+    original revision, and refuse a key reused for another op.
+
+    A key is kept until `KEY_GRACE` seconds past its deadline, by the timestamps of the
+    commits that follow (swept every `KEYS_PRUNE_EVERY` revisions): by then no copy of
+    its proposal can be committed, since coordinators refuse a proposal past its
+    deadline. Of all authors, at most `KEYS_REMEMBERED` or so are kept, those with the
+    latest deadlines; see `keys_forgotten_until` for what is given up then."""
+    keys_forgotten_until: int = 0
+    """The latest deadline (Unix seconds) of a key forgotten before its time, because more
+    than `KEYS_REMEMBERED` were due to be kept; 0 if none was. A proposal with a deadline
+    no later than this, whose key is not remembered, may be a copy of one of those: it is
+    refused (`expired`) rather than risk committing it twice."""
 
     @property
     def is_closed(self) -> bool:
@@ -284,7 +314,13 @@ class TaskBrief(BriefModel):
         """
         if self.closed is None:
             raise UsageError(f"the brief of {self.domain} is open: only a closed domain is purged")
-        return TaskBrief(domain=self.domain, revision=self.revision, closed=self.closed, applied_keys=self.applied_keys)
+        return TaskBrief(
+            domain=self.domain,
+            revision=self.revision,
+            closed=self.closed,
+            applied_keys=self.applied_keys,
+            keys_forgotten_until=self.keys_forgotten_until,
+        )
 
     def active_decisions(self) -> tuple[Decision, ...]:
         """Decisions not superseded, oldest first."""

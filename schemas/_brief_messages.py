@@ -3,11 +3,13 @@
 An agent sends a `Proposal`; the coordinator answers with a `Reply`, either `Committed`
 (with the revision) or a `Rejection` (with a code a program can branch on and a reason a
 human can read), and appends a `Commit` to the domain's log for every accepted proposal.
+Each travels in an envelope of its own kind (`ProposalEnvelope`, `ReplyEnvelope`,
+`CommitEnvelope`), which validates the body with the envelope.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
 from enum import StrEnum
 from typing import Annotated, Any, Final, Literal, Self, TypeAlias
 
@@ -15,19 +17,28 @@ from pydantic import Field, SerializerFunctionWrapHandler, TypeAdapter, Validati
 
 from schemas._brief import AuthorId, BriefModel, DomainField, IdempotencyKey, ItemId, Revision
 from schemas._brief_ops import AGENT_OPS, BriefOp
+from schemas._envelope import Envelope, MessageType
 from schemas._errors import describe_validation_error
 
 __all__ = [
+    "LEGACY_PROPOSAL_TTL",
     "Commit",
     "CommitBatch",
+    "CommitEnvelope",
     "Committed",
     "Proposal",
+    "ProposalEnvelope",
     "Rejection",
     "RejectionCode",
     "Reply",
     "ReplyAdapter",
-    "parse_proposal",
+    "ReplyEnvelope",
+    "refuse_agent_proposal",
 ]
+
+LEGACY_PROPOSAL_TTL: Final = 60.0
+"""Seconds after its commit a commit of an earlier version (which carries no deadline)
+is taken to have been valid: the proposers of that version retried for 60 s."""
 
 _REJECTION_REASON_MAX: Final = 8000
 
@@ -44,6 +55,11 @@ class Proposal(BriefModel):
     key: IdempotencyKey
     """Idempotency key, also the proposal's id: a retry must reuse it, so that a proposal
     committed once and proposed again is answered with its original revision."""
+    deadline: float
+    """Unix time, by the proposer's clock, after which no coordinator may commit it: the
+    end of the proposer's retries (`Proposer.propose`'s `deadline`). A copy delivered
+    later (a coordinator frozen, a network stalled) is refused as `expired`, and the
+    key is remembered past it (`KEY_GRACE`), so no copy is ever committed twice."""
     base_revision: Revision | None = None
     """If set, commit only while the brief is still at this revision (optimistic
     concurrency for an op that only makes sense on the state the agent saw)."""
@@ -65,10 +81,14 @@ class Commit(BriefModel):
     retry is answered as a duplicate; the log entry's message id is a digest of its
     batch's keys (`bus.batch_msg_id`), so a retried append is stored once."""
     ts: float
-    """Commit time by the coordinator's clock, Unix seconds. Informational: the brief
-    does not depend on it, so replicas agree even if a retried append changed it."""
+    """Commit time by the coordinator's clock, Unix seconds. The brief forgets committed
+    keys by it (`TaskBrief.applied_keys`), so it is part of what replicas agree on, and
+    of the log entry's message id (`bus.batch_msg_id`)."""
     committed_by: AuthorId
     """Id of the coordinator that committed it."""
+    deadline: float | None = None
+    """The proposal's deadline, so that every replica forgets its key at the same commit.
+    None in commits of earlier versions: they count as `LEGACY_PROPOSAL_TTL` after `ts`."""
     resolved: tuple[ItemId, ...] = ()
     """Ids of the entries an op that names them by text was matched to when it was
     committed: the rejections a `reopen` lifts (see `resolve`). Replicas act on these ids
@@ -89,8 +109,14 @@ class Commit(BriefModel):
             key=proposal.key,
             ts=ts,
             committed_by=committed_by,
+            deadline=proposal.deadline,
             resolved=resolved,
         )
+
+    @property
+    def key_deadline(self) -> int:
+        """The deadline its key is remembered by, in whole seconds rounded up."""
+        return math.ceil(self.ts + LEGACY_PROPOSAL_TTL if self.deadline is None else self.deadline)
 
     @model_serializer(mode="wrap")
     def _without_empty_resolved(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -141,6 +167,11 @@ class RejectionCode(StrEnum):
     DUPLICATE = "duplicate"
     """The same content is already there (compared as `normalize` does: ignoring case,
     spacing, Unicode form and invisible characters)."""
+    EXPIRED = "expired"
+    """Not committed: the proposal's deadline passed before a coordinator could commit it
+    (it was delivered late, or sat in a frozen coordinator), or it is too old to be told
+    apart from a retry of a commit the brief no longer remembers. An earlier attempt of
+    it may have been committed: its key is in the brief if so."""
     KEY_REUSED = "key_reused"
     """The idempotency key was committed already, for another op: a new op needs a new key."""
     CONFLICT = "conflict"
@@ -167,16 +198,17 @@ class Rejection(BriefModel):
         return cls(code=code, reason=reason)
 
     @classmethod
-    def from_validation_error(cls, exc: ValidationError) -> Self:
+    def from_validation_error(cls, exc: ValidationError, *, skip: int = 0) -> Self:
         """Turn pydantic's report on a bad proposal body into a rejection.
 
         `field_too_long` if any field is over its limit (the coordinator counts these
-        apart: they are usually a prompt gone wrong), `invalid_op` otherwise.
+        apart: they are usually a prompt gone wrong), `invalid_op` otherwise. `skip`
+        leaves out leading parts of each field's path (the envelope's `body`).
         """
         errors = exc.errors(include_url=False)
         too_long = any(e["type"] == "string_too_long" for e in errors)
         code = RejectionCode.FIELD_TOO_LONG if too_long else RejectionCode.INVALID_OP
-        return cls.clipped(code, describe_validation_error(exc))
+        return cls.clipped(code, describe_validation_error(exc, skip=skip))
 
 
 class Committed(BriefModel):
@@ -198,20 +230,31 @@ ReplyAdapter: TypeAdapter[Reply] = TypeAdapter(Reply)
 """Validates a reply body: `ReplyAdapter.validate_python(raw)`."""
 
 
-def parse_proposal(body: Mapping[str, object]) -> Proposal | Rejection:
-    """Validate a proposal body from the wire, or say in a `Rejection` why it is not one.
-
-    A bad body is the proposer's mistake, not a fault of the receiver, so it is answered
-    rather than raised. `fold_done` is refused too: only a coordinator folds, when the
-    brief is over its budget, and it does not send itself proposals.
-    """
-    try:
-        proposal = Proposal.model_validate(body)
-    except ValidationError as exc:
-        return Rejection.from_validation_error(exc)
+def refuse_agent_proposal(proposal: Proposal) -> Rejection | None:
+    """Why no agent may send `proposal`, or None: `fold_done` is the coordinators' own
+    op, done when the brief is over its budget, and they do not send themselves
+    proposals. Any other check needs the brief (`triage`)."""
     if proposal.op.op not in AGENT_OPS:  # fold_done
         return Rejection(
             code=RejectionCode.INVALID_OP,
             reason=f"{proposal.op.op} is the coordinators' own operation, done when the brief is over its budget",
         )
-    return proposal
+    return None
+
+
+class ProposalEnvelope(Envelope[Proposal]):
+    """An agent's proposal on its way to the coordinators."""
+
+    type: Literal[MessageType.PROPOSAL] = MessageType.PROPOSAL
+
+
+class ReplyEnvelope(Envelope[Reply]):
+    """A coordinator's answer to one proposal; `sender` names the coordinator."""
+
+    type: Literal[MessageType.REPLY] = MessageType.REPLY
+
+
+class CommitEnvelope(Envelope[CommitBatch]):
+    """One entry of a domain's log."""
+
+    type: Literal[MessageType.COMMIT] = MessageType.COMMIT

@@ -1,20 +1,25 @@
 """The rules of the brief, as pure functions both the coordinator and the replicas run.
 
-The coordinator calls `triage` (or `validate`) before it appends a commit; every replica
-calls `apply` on each commit in log order. Nothing here does I/O, reads a clock or draws
-a random number, so the same log gives the same brief, and the same `brief_hash`,
-everywhere.
+The coordinator judges a batch of proposals with `judge_batch` (`triage` for each, on
+the brief after the ones before it) before it appends the commits; every replica calls
+`apply` on each commit in log order. Nothing here does I/O, reads a clock or draws a
+random number (the time a judgement is made is an argument), so the same log gives the
+same brief, and the same `brief_hash`, everywhere.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import math
+from collections.abc import Iterator
 from typing import Final, TypeVar, assert_never
 
 from schemas._brief import (
-    KEYS_PER_AUTHOR,
+    CLOCK_SKEW_MAX,
+    KEY_GRACE,
+    KEYS_PRUNE_EVERY,
     KEYS_REMEMBERED,
     KEYS_TRIM_SLACK,
+    PROPOSAL_TTL_MAX,
     Closure,
     Decision,
     DoneItem,
@@ -22,6 +27,7 @@ from schemas._brief import (
     Item,
     ItemField,
     RejectedOption,
+    RememberedKey,
     TaskBrief,
     normalize,
 )
@@ -49,6 +55,8 @@ from schemas._errors import CtxbusError
 
 __all__ = ["ReplayError", "applied_revision", "apply", "apply_accepted", "resolve", "triage", "validate"]
 
+_KEYS: Final = "applied_keys"
+
 _QUOTE_MAX: Final = 80
 _E = TypeVar("_E", bound=Entry)
 
@@ -63,29 +71,25 @@ class ReplayError(CtxbusError):
 
 def applied_revision(brief: TaskBrief, author: str, key: str) -> int | None:
     """Revision at which `author`'s proposal `key` was committed, if it is remembered."""
-    applied = _applied(brief, author, key)
+    applied = brief.applied_keys.get(author, {}).get(key)
     return None if applied is None else applied[0]
 
 
-def _applied(brief: TaskBrief, author: str, key: str) -> tuple[int, int] | None:
-    """Revision and op fingerprint of `author`'s committed proposal `key`, if remembered."""
-    for remembered, revision, fingerprint in brief.applied_keys.get(author, ()):
-        if remembered == key:
-            return revision, fingerprint
-    return None
-
-
-def triage(brief: TaskBrief, proposal: Proposal) -> Reply | None:
+def triage(brief: TaskBrief, proposal: Proposal, *, now: float) -> Reply | None:
     """The reply to send without committing, or `None` to commit at `brief.revision + 1`.
 
-    A key already committed is answered with its original revision (`duplicate=True`),
-    before any other rule: a retried `close` must still hear that it was committed. The
+    `now` is the judging coordinator's clock (Unix seconds). A key already committed is
+    answered with its original revision (`duplicate=True`), before any other rule: a
+    retried `close` must still hear that it was committed, even past its deadline. The
     same key with another op is refused: answering it "committed" would lose the op.
-    Rejections are not remembered, so a retried rejected proposal is judged afresh.
+    Then a proposal past its deadline is refused (`expired`), and so is one too old to be
+    told apart from a copy of a commit whose key is forgotten; nothing else can commit a
+    proposal twice. Rejections are not remembered, so a retried rejected proposal is
+    judged afresh.
     """
-    applied = _applied(brief, proposal.author, proposal.key)
+    applied = brief.applied_keys.get(proposal.author, {}).get(proposal.key)
     if applied is not None:
-        revision, fingerprint = applied
+        revision, fingerprint, _ = applied
         if fingerprint != op_fingerprint(proposal.op):
             return _no(
                 Code.KEY_REUSED,
@@ -93,7 +97,32 @@ def triage(brief: TaskBrief, proposal: Proposal) -> Reply | None:
                 "a new operation needs a new key",
             )
         return Committed(revision=revision, duplicate=True)
-    return validate(brief, proposal)
+    return _check_deadline(brief, proposal, now) or validate(brief, proposal)
+
+
+def _check_deadline(brief: TaskBrief, proposal: Proposal, now: float) -> Rejection | None:
+    deadline = proposal.deadline
+    if not math.isfinite(deadline) or deadline > now + PROPOSAL_TTL_MAX + CLOCK_SKEW_MAX:
+        return _no(
+            Code.INVALID_OP,
+            f"the proposal's deadline is {deadline - now:,.0f}s away; a proposal may stay valid "
+            f"for {PROPOSAL_TTL_MAX:.0f}s at most",
+        )
+    if now > deadline:
+        return _no(
+            Code.EXPIRED,
+            f"proposal {proposal.key!r} reached a coordinator {now - deadline:.1f}s after its deadline, "
+            "and was not committed; if an earlier attempt was, its key is in the brief",
+        )
+    if math.ceil(deadline) <= brief.keys_forgotten_until:
+        return _no(
+            Code.EXPIRED,
+            f"proposal {proposal.key!r} is older than the idempotency keys the brief still remembers "
+            f"(this domain committed more than {KEYS_REMEMBERED:,} proposals within their deadlines): "
+            "it cannot be told apart from a retry of a commit, so it was not committed; "
+            "propose it again with a new key if it is not in the brief",
+        )
+    return None
 
 
 def validate(brief: TaskBrief, proposal_or_op: Proposal | BriefOp) -> Rejection | None:
@@ -182,8 +211,7 @@ def apply_accepted(brief: TaskBrief, commit: Commit) -> TaskBrief:
     proposal. Anything else must call `apply`.
     """
     changes = _effect(brief, commit.op, author=commit.author, rev=commit.revision, resolved=commit.resolved)
-    keys = _remember(brief.applied_keys, commit.author, (commit.key, commit.revision, op_fingerprint(commit.op)))
-    return brief.model_copy(update={**changes, "revision": commit.revision, "applied_keys": keys})
+    return brief.model_copy(update={**changes, **_remember(brief, commit), "revision": commit.revision})
 
 
 def _closed(brief: TaskBrief) -> Rejection | None:
@@ -408,19 +436,42 @@ def _effect(brief: TaskBrief, op: BriefOp, *, author: str, rev: int, resolved: t
             assert_never(op)
 
 
-def _remember(
-    keys: Mapping[str, tuple[tuple[str, int, int], ...]], author: str, applied: tuple[str, int, int]
-) -> dict[str, tuple[tuple[str, int, int], ...]]:
-    mine = (*keys.get(author, ()), applied)[-KEYS_PER_AUTHOR:]
-    remembered = {**keys, author: mine}
-    if sum(map(len, remembered.values())) <= KEYS_REMEMBERED + KEYS_TRIM_SLACK:
-        return remembered
-    # Keep the newest KEYS_REMEMBERED keys: revisions are unique, so the cut is exact,
-    # and every replica makes the same one.
-    revisions = sorted(revision for entries in remembered.values() for _, revision, _ in entries)
-    oldest_kept = revisions[-KEYS_REMEMBERED]
-    trimmed = {name: tuple(e for e in entries if e[1] >= oldest_kept) for name, entries in remembered.items()}
-    return {name: entries for name, entries in trimmed.items() if entries}
+def _remember(brief: TaskBrief, commit: Commit) -> dict[str, object]:
+    """The key fields of the brief once `commit`'s key is remembered.
+
+    Keys past their time (`KEY_GRACE` after their deadline, by the commit's clock) are
+    swept every `KEYS_PRUNE_EVERY` revisions; beyond `KEYS_REMEMBERED` (and its slack),
+    those with the earliest deadlines are dropped, and `keys_forgotten_until` says how
+    far that reached. Both happen at revisions every replica reaches, and depend only on
+    the log, so every replica keeps the same keys.
+    """
+    entry: RememberedKey = (commit.revision, op_fingerprint(commit.op), commit.key_deadline)
+    keys = {**brief.applied_keys, commit.author: {**brief.applied_keys.get(commit.author, {}), commit.key: entry}}
+    if commit.revision % KEYS_PRUNE_EVERY == 0:
+        keys = _without_expired(keys, now=commit.ts)
+    remembered = sum(map(len, keys.values()))
+    if remembered <= KEYS_REMEMBERED + KEYS_TRIM_SLACK:
+        return {_KEYS: keys}
+    # Keep the KEYS_REMEMBERED with the latest deadlines: revisions are unique, so the
+    # cut is exact, and every replica makes the same one.
+    order = sorted((deadline, revision) for entries in keys.values() for revision, _, deadline in entries.values())
+    forgotten_until, _ = order[remembered - KEYS_REMEMBERED - 1]
+    oldest_kept = order[remembered - KEYS_REMEMBERED]
+    kept = {
+        author: {key: e for key, e in entries.items() if (e[2], e[0]) >= oldest_kept}
+        for author, entries in keys.items()
+    }
+    return {
+        _KEYS: {author: entries for author, entries in kept.items() if entries},
+        "keys_forgotten_until": max(brief.keys_forgotten_until, forgotten_until),
+    }
+
+
+def _without_expired(keys: dict[str, dict[str, RememberedKey]], *, now: float) -> dict[str, dict[str, RememberedKey]]:
+    """`keys` without those more than `KEY_GRACE` past their deadline at `now`."""
+    horizon = now - KEY_GRACE
+    swept = {author: {k: e for k, e in entries.items() if e[2] >= horizon} for author, entries in keys.items()}
+    return {author: entries for author, entries in swept.items() if entries}
 
 
 def _rejection_of(brief: TaskBrief, option: str) -> RejectedOption | None:

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Final, Self
-
-from pydantic import ValidationError
+from typing import Final, Literal, Self
 
 from schemas._brief import AuthorId, BriefModel, Revision, TaskBrief
 from schemas._envelope import DEFAULT_MAX_PAYLOAD, Envelope, MessageType
-from schemas._errors import EnvelopeInvalid, describe_validation_error
+from schemas._errors import EnvelopeInvalid
 
-__all__ = ["BriefSnapshot"]
+__all__ = ["BriefSnapshot", "SnapshotEnvelope"]
 
 _SENDER: Final = "ctxbus-snapshot"
 
@@ -32,13 +30,7 @@ class BriefSnapshot(BriefModel):
 
         :raises PayloadTooLarge: if the result is larger than `max_size` bytes.
         """
-        envelope = Envelope(
-            type=MessageType.SNAPSHOT,
-            domain=self.brief.domain,
-            sender=sender,
-            body=self.model_dump(mode="json"),
-        )
-        return envelope.encode(max_size=max_size)
+        return SnapshotEnvelope(domain=self.brief.domain, sender=sender, body=self).encode(max_size=max_size)
 
     @classmethod
     def decode(cls, data: bytes, *, max_size: int = DEFAULT_MAX_PAYLOAD) -> Self:
@@ -47,13 +39,15 @@ class BriefSnapshot(BriefModel):
         :raises WireError: (a subclass of it) if `data` is not a valid envelope, is not
             a snapshot, or holds a brief of another domain than the envelope names.
         """
-        envelope = Envelope.decode(data, max_size=max_size)
-        if envelope.type is not MessageType.SNAPSHOT:
-            raise EnvelopeInvalid(f"expected a snapshot envelope, got a {envelope.type} envelope")
-        try:
-            snapshot = cls.model_validate(envelope.body)
-        except ValidationError as exc:
-            raise EnvelopeInvalid(f"snapshot body is invalid: {describe_validation_error(exc)}") from exc
+        envelope = SnapshotEnvelope.decode(data, max_size=max_size)
+        snapshot = envelope.body
         if snapshot.brief.domain != envelope.domain:
             raise EnvelopeInvalid(f"snapshot envelope of {envelope.domain} holds the brief of {snapshot.brief.domain}")
+        assert isinstance(snapshot, cls)
         return snapshot
+
+
+class SnapshotEnvelope(Envelope[BriefSnapshot]):
+    """A stored snapshot of a domain's brief."""
+
+    type: Literal[MessageType.SNAPSHOT] = MessageType.SNAPSHOT

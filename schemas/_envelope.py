@@ -1,24 +1,30 @@
 """The wire envelope: one versioned msgpack map around every message ctxbus sends.
 
 Both ends validate it with pydantic, so a malformed message is caught where it arrives,
-with an error that names the field, the limit or the version that was wrong.
+with an error that names the field, the limit or the version that was wrong. Each kind
+of message has an envelope class of its own whose body is typed (`ProposalEnvelope`
+carries a `Proposal`, `CommitEnvelope` a `CommitBatch`, ...): `decode` on that class
+validates the envelope and its body in one pass, so a receiver never checks a body by
+hand, and a message of another kind is refused before its body is looked at.
 """
 
 from __future__ import annotations
 
 import time
 from enum import StrEnum
-from typing import Annotated, Any, Final, Self
+from typing import Annotated, Any, Final, Generic, Self, TypeVar
 
 import msgpack
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator
 
 from schemas._domain import Domain
 from schemas._errors import (
+    BodyInvalid,
     DecodeError,
     EnvelopeInvalid,
     PayloadTooLarge,
     SchemaVersionError,
+    WrongMessageType,
     describe_validation_error,
 )
 from schemas._ids import unique_id
@@ -43,23 +49,31 @@ DEFAULT_MAX_PAYLOAD: Final = 1024 * 1024
 _ID_MAX = 128
 _SENDER_MAX = 128
 
+BodyT = TypeVar("BodyT")
+
 
 class MessageType(StrEnum):
-    """What an envelope's body is; receivers dispatch on it."""
+    """What an envelope's body is; each has its envelope class."""
 
     PROPOSAL = "proposal"
+    """An agent's `Proposal`, to the coordinators (`ProposalEnvelope`)."""
     REPLY = "reply"
+    """A coordinator's `Reply` to a proposal (`ReplyEnvelope`)."""
     COMMIT = "commit"
+    """A log entry: a `CommitBatch` (`CommitEnvelope`)."""
     SNAPSHOT = "snapshot"
-    EVENT = "event"
-    PRESENCE = "presence"
-    LEASE = "lease"
-    STATUS = "status"
+    """A stored `BriefSnapshot` (`SnapshotEnvelope`)."""
     DEAD_LETTER = "dead_letter"
+    """A `DeadLetter` report on a domain's `dlq` subject (`DeadLetterEnvelope`)."""
 
 
-class Envelope(BaseModel):
-    """`{v, type, id, domain, sender, ts, body}`, the unit every subject carries."""
+class Envelope(BaseModel, Generic[BodyT]):
+    """`{v, type, id, domain, sender, ts, body}`, the unit every subject carries.
+
+    Use the class of the message's kind (`ProposalEnvelope`, ...), whose `type` is fixed
+    and whose body is a model; `Envelope` itself, with a body of any shape, is for tools
+    that look at messages of every kind.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -75,8 +89,15 @@ class Envelope(BaseModel):
     """Agent or coordinator id of the process that sent it."""
     ts: float = Field(default_factory=time.time)
     """Send time, Unix seconds."""
-    body: dict[str, Any] = Field(default_factory=dict)
-    """Type-specific payload; validated by the model of `type` at the receiver."""
+    body: BodyT
+    """The payload, validated as the model of `type`."""
+
+    @classmethod
+    def kind(cls) -> MessageType | None:
+        """The one `type` this class carries (its field's default), or None for
+        `Envelope` itself, which takes any."""
+        default = cls.model_fields["type"].default
+        return default if isinstance(default, MessageType) else None
 
     @field_validator("domain", mode="before")
     @classmethod
@@ -94,25 +115,16 @@ class Envelope(BaseModel):
 
         :raises PayloadTooLarge: if the result is larger than `max_size` bytes.
         """
-        # The fields are validated already; packing them as they are skips a second
-        # walk of the body by the serializer (`model_dump` would return the same map).
-        fields = {
-            "v": self.v,
-            "type": self.type,
-            "id": self.id,
-            "domain": str(self.domain),
-            "sender": self.sender,
-            "ts": self.ts,
-            "body": self.body,
-        }
-        data: bytes = msgpack.packb(fields, use_bin_type=True)
+        # Python mode, not JSON: bytes stay bytes (msgpack's bin type), and enums and
+        # tuples pack as the strings and arrays they are.
+        data: bytes = msgpack.packb(self.model_dump(mode="python"), use_bin_type=True)
         if len(data) > max_size:
             raise PayloadTooLarge(len(data), max_size)
         return data
 
     @classmethod
     def decode(cls, data: bytes, *, max_size: int | None = DEFAULT_MAX_PAYLOAD) -> Self:
-        """Parse and validate msgpack bytes from the wire.
+        """Parse and validate msgpack bytes from the wire, body included, in one pass.
 
         `max_size=None` reads data of any size: for what a server already size-checked
         when it stored it (a log entry), which may have a larger limit than the default.
@@ -120,7 +132,10 @@ class Envelope(BaseModel):
         :raises PayloadTooLarge: before any parsing, if `data` is over `max_size` bytes.
         :raises DecodeError: if `data` is not one complete msgpack map.
         :raises SchemaVersionError: if `v` is not a supported version.
-        :raises EnvelopeInvalid: if any field is missing, unknown or of the wrong type.
+        :raises WrongMessageType: if the envelope is of another kind than this class's.
+        :raises BodyInvalid: if the envelope is sound but its body is not the model of
+            its kind (the caller may answer the sender: the mistake is in what it sent).
+        :raises EnvelopeInvalid: if any other field is missing, unknown or of the wrong type.
         """
         if max_size is not None and len(data) > max_size:
             raise PayloadTooLarge(len(data), max_size)
@@ -130,9 +145,14 @@ class Envelope(BaseModel):
         version = raw["v"]
         if version not in SUPPORTED_VERSIONS or isinstance(version, bool):
             raise SchemaVersionError(version, SUPPORTED_VERSIONS)
+        kind = cls.kind()
+        if kind is not None and raw.get("type") != kind:
+            raise WrongMessageType(kind, raw.get("type"))
         try:
             return cls.model_validate(raw)
         except ValidationError as exc:  # a bad domain too: pydantic wraps InvalidDomain
+            if all(error["loc"][:1] == ("body",) for error in exc.errors()):
+                raise BodyInvalid(exc, kind=str(kind or raw.get("type"))) from exc
             raise EnvelopeInvalid(describe_validation_error(exc)) from exc
 
 

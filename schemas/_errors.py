@@ -11,6 +11,8 @@ of the wire or the bus at run time::
     │   ├── DecodeError       not msgpack, truncated, or not a map
     │   ├── SchemaVersionError the envelope's `v` is one this build does not speak
     │   ├── EnvelopeInvalid   a field is missing or has the wrong type
+    │   │   ├── WrongMessageType the envelope is of another kind than expected
+    │   │   └── BodyInvalid   the envelope is sound, its body is not its kind's model
     │   └── PayloadTooLarge   the encoded message exceeds the size limit
     ├── ReplayError           a commit cannot follow the brief (defined with the rules)
     └── BusError              talking to NATS failed (defined in `bus`)
@@ -37,6 +39,8 @@ __all__ = [
     "DecodeError",
     "SchemaVersionError",
     "EnvelopeInvalid",
+    "WrongMessageType",
+    "BodyInvalid",
     "PayloadTooLarge",
     "describe_validation_error",
     "first_ctxbus_error",
@@ -79,6 +83,29 @@ class SchemaVersionError(WireError):
 
 class EnvelopeInvalid(WireError):
     """Raised when an envelope field is missing or has the wrong type or value."""
+
+
+class WrongMessageType(EnvelopeInvalid):
+    """Raised when an envelope is of another kind than the receiver takes (a commit
+    sent where proposals go)."""
+
+    def __init__(self, expected: str, got: object) -> None:
+        self.expected = expected
+        self.got = got
+        super().__init__(f"expected a {expected} envelope, got a {shown(got)} envelope")
+
+
+class BodyInvalid(EnvelopeInvalid):
+    """Raised when an envelope is sound but its body is not the model of its kind.
+
+    Carries pydantic's report (`validation_error`): a receiver that answers the sender
+    (a coordinator refusing a proposal) words it for the sender, field by field.
+    """
+
+    def __init__(self, validation_error: ValidationError, *, kind: str) -> None:
+        self.validation_error = validation_error
+        self.kind = kind
+        super().__init__(f"{kind} body is invalid: {describe_validation_error(validation_error, skip=1)}")
 
 
 class PayloadTooLarge(WireError):

@@ -3,30 +3,33 @@
 Proposals go to the coordinator queue group, then straight to the coordinator that
 answered last: where several coordinators serve, that is the one committing the domain.
 
-A proposal carries an idempotency key. If the reply is lost (coordinator killed, NATS
-restarting), the proposer sends the same proposal with the same key again until a
-coordinator answers; the brief remembers committed keys, so a proposal that was in fact
-committed is answered with its original revision instead of being committed twice.
+A proposal carries an idempotency key and a deadline. If the reply is lost (coordinator
+killed, NATS restarting), the proposer sends the same proposal with the same key again
+until a coordinator answers or the deadline passes; the brief remembers committed keys
+past the deadline, so a proposal that was in fact committed is answered with its
+original revision instead of being committed twice, and no coordinator commits a copy
+that reaches it after the deadline (delivered late, or held by a frozen coordinator).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Final
 
 from pydantic import ValidationError
 
 from bus import BusUnavailable, NatsClient, Retry, Verb, request, routed, subject
 from schemas import (
+    PROPOSAL_TTL_MAX,
     BriefOp,
     Domain,
-    Envelope,
-    MessageType,
     Proposal,
+    ProposalEnvelope,
     Rejection,
     RejectionCode,
     Reply,
-    ReplyAdapter,
+    ReplyEnvelope,
     UsageError,
     WireError,
     describe_validation_error,
@@ -38,7 +41,8 @@ __all__ = ["Proposer", "ProposalUnanswered", "DEFAULT_PROPOSE_DEADLINE"]
 log = logging.getLogger(__name__)
 
 DEFAULT_PROPOSE_DEADLINE: Final = 60.0
-"""Seconds `propose` keeps retrying before it gives up; covers a NATS restart."""
+"""Seconds `propose` keeps retrying before it gives up; covers a NATS restart. It is
+also the proposal's own deadline: no coordinator commits it later than that."""
 
 _ATTEMPT_TIMEOUT: Final = 2.0
 
@@ -70,32 +74,34 @@ class Proposer:
         """Propose `op` and return the coordinator's answer (committed or rejected).
 
         :param key: idempotency key; a fresh one when not given. Reuse it to retry.
+        :param deadline: seconds to keep asking, and the proposal's own deadline (at
+            most `PROPOSAL_TTL_MAX`): no coordinator commits it after that.
         A `busy` answer (coordinators contending for the log, or one overloaded) and an
         unreadable one are retried like a lost reply, with the same key, through the
         whole group.
 
-        :raises ProposalUnanswered: if no coordinator answered within `deadline` seconds;
-            it carries the key to retry with.
-        :raises UsageError: if the op, key, base revision or agent id is not one a
-            coordinator could take (an empty key, say, which would defeat idempotency).
+        :raises ProposalUnanswered: if no coordinator answered within `deadline` seconds.
+            The proposal is then committed at most once, and none but an append sent
+            before the deadline can still commit it; its key tells (see the exception).
+        :raises UsageError: if the op, key, base revision, deadline or agent id is not one
+            a coordinator could take (an empty key, say, which would defeat idempotency).
         """
+        if not 0 < deadline <= PROPOSAL_TTL_MAX:
+            raise UsageError(
+                f"a proposal's deadline must be more than 0 and at most {PROPOSAL_TTL_MAX:.0f}s, got {deadline!r}"
+            )
         try:
             proposal = Proposal(
                 domain=self.domain,
                 author=self.agent_id,
                 op=op,
                 key=unique_id() if key is None else key,
+                deadline=time.time() + deadline,
                 base_revision=base_revision,
             )
         except ValidationError as exc:
             raise UsageError(f"cannot propose {_shown_op(op)}: {describe_validation_error(exc)}") from exc
-        envelope = Envelope(
-            type=MessageType.PROPOSAL,
-            domain=self.domain,
-            sender=self.agent_id,
-            body=proposal.model_dump(mode="json"),
-        )
-        data = envelope.encode()
+        data = ProposalEnvelope(domain=self.domain, sender=self.agent_id, body=proposal).encode()
         retry = Retry(deadline)
         while (left := retry.left()) > 0:
             direct = self._direct
@@ -127,8 +133,10 @@ class Proposer:
 
 
 class ProposalUnanswered(BusUnavailable):
-    """No coordinator answered a proposal in time. It may still have been committed:
-    proposing again with `key` tells, without committing it twice."""
+    """No coordinator answered a proposal before its deadline. It may have been
+    committed, once at most, and a copy reaching a coordinator later is refused; the
+    brief remembers its key for `KEY_GRACE` past the deadline, so proposing the same op
+    again with `key` within that time tells, without committing it twice."""
 
     def __init__(self, key: str, deadline: float, *, retry: str | None = None) -> None:
         self.key = key
@@ -146,11 +154,9 @@ def _shown_op(op: object) -> str:
 
 
 def _parse_reply(data: bytes) -> tuple[Reply, str]:
-    """The reply, and the id of the coordinator that made it."""
-    envelope = Envelope.decode(data)
-    if envelope.type is not MessageType.REPLY:
-        raise WireError(f"expected a reply envelope, got a {envelope.type} envelope")
-    try:
-        return ReplyAdapter.validate_python(envelope.body), envelope.sender
-    except ValueError as exc:
-        raise WireError(f"reply body is invalid: {exc}") from exc
+    """The reply, and the id of the coordinator that made it.
+
+    :raises WireError: if `data` is not a reply envelope with a valid reply.
+    """
+    envelope = ReplyEnvelope.decode(data)
+    return envelope.body, envelope.sender

@@ -22,6 +22,12 @@ from schemas._brief_rules import apply, resolve, triage
 
 DOMAIN = Domain.parse("alice/s1/t1")
 OTHER = Domain.parse("bob/s1/t1")
+NOW = 1_750_000_000.0
+"""The clock of the rule tests at revision 0: `submit` judges a proposal, and stamps its
+commit, 10 ms later for each revision of the brief (so the same proposals make the same
+brief), unless a test says otherwise."""
+TTL = 60.0
+"""How long a proposal of the rule tests stays valid, unless a test says otherwise."""
 _keys = itertools.count()
 
 
@@ -30,23 +36,47 @@ def next_key() -> str:
     return f"key-{next(_keys)}"
 
 
+def proposal(
+    domain: Domain,
+    op: BriefOp,
+    *,
+    author: str = "agent-a",
+    key: str | None = None,
+    base: int | None = None,
+    deadline: float = NOW + TTL,
+) -> Proposal:
+    """A proposal as an agent sends it."""
+    return Proposal(domain=domain, author=author, op=op, key=key or next_key(), base_revision=base, deadline=deadline)
+
+
 def submit(
-    brief: TaskBrief, op: BriefOp, *, author: str = "agent-a", key: str | None = None, base: int | None = None
+    brief: TaskBrief,
+    op: BriefOp,
+    *,
+    author: str = "agent-a",
+    key: str | None = None,
+    base: int | None = None,
+    now: float | None = None,
+    deadline: float | None = None,
 ) -> tuple[TaskBrief, Reply]:
-    """What a coordinator does with a proposal, minus the bus: triage, commit, apply."""
-    proposal = Proposal(domain=brief.domain, author=author, op=op, key=key or next_key(), base_revision=base)
-    reply = triage(brief, proposal)
+    """What a coordinator does with a proposal, minus the bus: triage, commit, apply
+    (`apply`, as a replica does, not the coordinator's shortcut)."""
+    now = NOW + brief.revision * 0.01 if now is None else now
+    sent = proposal(
+        brief.domain, op, author=author, key=key, base=base, deadline=now + TTL if deadline is None else deadline
+    )
+    reply = triage(brief, sent, now=now)
     if reply is not None:
         return brief, reply
-    commit = Commit.of(
-        proposal, revision=brief.revision + 1, ts=1.0, committed_by="coord-1", resolved=resolve(brief, op)
-    )
+    commit = Commit.of(sent, revision=brief.revision + 1, ts=now, committed_by="coord-1", resolved=resolve(brief, op))
     return apply(brief, commit), Committed(revision=commit.revision)
 
 
-def accept(brief: TaskBrief, op: BriefOp, *, author: str = "agent-a", key: str | None = None) -> TaskBrief:
+def accept(
+    brief: TaskBrief, op: BriefOp, *, author: str = "agent-a", key: str | None = None, now: float | None = None
+) -> TaskBrief:
     """Submit `op` and insist that it was committed; the brief after it."""
-    after, reply = submit(brief, op, author=author, key=key)
+    after, reply = submit(brief, op, author=author, key=key, now=now)
     assert reply == Committed(revision=brief.revision + 1), reply
     return after
 

@@ -8,14 +8,13 @@ import pytest
 
 from bus import BriefLog, BusConfig, CasConflict, NatsClient, connect
 from bus.testing import ServerFactory
-from schemas import AddNote, Commit, CommitBatch, Domain, Envelope, MessageType, PayloadTooLarge, Proposal
+from schemas import AddNote, Commit, CommitBatch, CommitEnvelope, Domain, PayloadTooLarge, Proposal
 
 MAX_PAYLOAD = 64 * 1024
 
 
 def _envelope_size(domain: Domain, commits: list[Commit]) -> int:
-    body = CommitBatch(commits=tuple(commits)).model_dump(mode="json")
-    envelope = Envelope(type=MessageType.COMMIT, domain=domain, sender="test", body=body)
+    envelope = CommitEnvelope(domain=domain, sender="test", body=CommitBatch(commits=tuple(commits)))
     return len(envelope.encode(max_size=10 * MAX_PAYLOAD))
 
 
@@ -24,7 +23,10 @@ def _batch_of_size(domain: Domain, size: int) -> list[Commit]:
 
     def batch(notes: int, last: int) -> list[Commit]:
         texts = [f"{i} " + "n" * 1990 for i in range(notes)] + ["last " + "n" * last]
-        proposals = [Proposal(domain=domain, author="a", op=AddNote(text=t), key=f"k{i}") for i, t in enumerate(texts)]
+        proposals = [
+            Proposal(deadline=2e9, domain=domain, author="a", op=AddNote(text=t), key=f"k{i}")
+            for i, t in enumerate(texts)
+        ]
         return [Commit.of(p, revision=i + 1, ts=0.0, committed_by="test") for i, p in enumerate(proposals)]
 
     notes = 0
@@ -67,7 +69,7 @@ async def test_another_op_under_the_same_key_at_the_same_revision_is_not_taken_f
     base = await log.load(domain)
 
     def commit(text: str) -> Commit:
-        proposal = Proposal(domain=domain, author="a", op=AddNote(text=text), key="same-key")
+        proposal = Proposal(deadline=2e9, domain=domain, author="a", op=AddNote(text=text), key="same-key")
         return Commit.of(proposal, revision=1, ts=0.0, committed_by="test")
 
     first = await log.append(base, [commit("one")], sender="c1")

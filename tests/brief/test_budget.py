@@ -120,7 +120,7 @@ def test_a_commit_adds_no_more_tokens_than_its_growth_bound() -> None:
         Close(reason="shipped"),
     ]
     for i, op in enumerate(ops):
-        proposal = Proposal(domain=DOMAIN, author=f"agent-{'ü' * i}", op=op, key=f"g{i}")
+        proposal = Proposal(deadline=2e9, domain=DOMAIN, author=f"agent-{'ü' * i}", op=op, key=f"g{i}")
         commit = Commit.of(proposal, revision=brief.revision + 1, ts=0.0, committed_by="c")
         after = apply(brief, commit)
         assert count(render_brief(after)) - count(render_brief(brief)) <= render_growth_bound(commit), op

@@ -1,15 +1,18 @@
 """Convergence under faults, with real OS processes and a real nats-server.
 
-2 coordinator processes; 4 agent processes proposing 500 random ops each to domain A
-while 2 more work on domain B. Mid-run one coordinator is SIGKILLed, and later the NATS
-server is SIGKILLed and restarted. Then every replica must hold exactly the brief a
-fresh replay of the log gives, with no revision gap, every acknowledged commit in the
-log exactly once, and nothing of A in B.
+2 coordinator processes, snapshotting every 5 commits; 4 agent processes proposing 500
+random ops each to domain A while 2 more work on domain B. Mid-run one coordinator is
+SIGKILLed, and later the NATS server is SIGKILLed and restarted; joiners load the brief
+(the latest snapshot, then the log after it) at random points all along. Then every
+replica must hold exactly the brief a fresh replay of the log gives, and so must every
+joiner at its revision and `ctxbus brief show`, with no revision gap, every
+acknowledged commit in the log exactly once, and nothing of A in B.
 """
 
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 from collections import Counter
@@ -19,9 +22,20 @@ from pathlib import Path
 import anyio
 import pytest
 
-from bus import BriefLog, BriefState, BusConfig, EmbeddedServer, TxLog, Verb, commits_of, connect, subject
+from bus import (
+    BriefLog,
+    BriefState,
+    BusConfig,
+    BusError,
+    EmbeddedServer,
+    TxLog,
+    Verb,
+    commits_of,
+    connect,
+    subject,
+)
 from coordinator._config import FOLD_AUTHOR_SUFFIX
-from schemas import Commit, Domain, TaskBrief, brief_hash
+from schemas import Commit, Domain, TaskBrief, apply, brief_hash
 
 A = Domain.parse("alice/run1/A")
 B = Domain.parse("bob/run1/B")
@@ -46,10 +60,11 @@ def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
             proc.wait()
 
 
-async def _log_revision(url: str, domain: Domain) -> int:
+async def _join(url: str, domain: Domain) -> TaskBrief:
+    """The brief as an agent joining now gets it: the latest snapshot, then the log after it."""
     client = await connect(BusConfig(servers=[url]))
     try:
-        return (await BriefLog(client).load(domain)).brief.revision
+        return (await BriefLog(client).load(domain)).brief
     finally:
         await client.close()
 
@@ -75,7 +90,7 @@ async def test_replicas_converge_through_coordinator_and_server_crashes(
             "--id",
             f"c{i}",
             "--snapshot-every",
-            "100",
+            "5",
             log=tmp_path / f"c{i}.log",
         )
         for i in range(2)
@@ -99,12 +114,19 @@ async def test_replicas_converge_through_coordinator_and_server_crashes(
 
     # Faults: kill a coordinator once A has some history, then crash and restart NATS.
     killed_coordinator = crashed_server = False
+    rng = random.Random(5)
+    joiners: list[TaskBrief] = []
     with anyio.fail_after(300):
         while not all((tmp_path / f"{a}.acks.json").exists() for a in workers):
             for agent, proc in workers.items():
                 assert proc.poll() in (None, 0), (tmp_path / f"{agent}.log").read_text()[-3000:]
+            if rng.random() < 0.3:
+                try:
+                    joiners.append(await _join(url, A))
+                except BusError:  # the server is down: nobody joins now
+                    pass
             if not crashed_server:
-                revision = await _log_revision(url, A)
+                revision = (await _join(url, A)).revision
                 if not killed_coordinator and revision >= 300:
                     coordinators[0].kill()
                     killed_coordinator = True
@@ -132,6 +154,13 @@ async def test_replicas_converge_through_coordinator_and_server_crashes(
             state = BriefLog.apply_entry(state, entry)
         replayed[domain] = state.brief
         finals[str(domain)] = state.brief.revision
+    # Every joiner held, at its revision, what the log gives there.
+    brief, hash_at = TaskBrief(domain=A), {0: brief_hash(TaskBrief(domain=A))}
+    for commit in commits[A]:
+        brief = apply(brief, commit)
+        hash_at[brief.revision] = brief_hash(brief)
+    assert len(joiners) > 5
+    assert [j.revision for j in joiners if brief_hash(j) != hash_at[j.revision]] == []
     (tmp_path / "final.json").write_text(json.dumps(finals))
 
     with anyio.move_on_after(120):
@@ -160,5 +189,11 @@ async def test_replicas_converge_through_coordinator_and_server_crashes(
     assert not any(a in str(replayed[B].model_dump()) for a in AGENTS_A), "domain B saw domain A's data"
     assert len(commits[A]) > 1000
     await client.close()
+    for domain in (A, B):
+        show = subprocess.run(
+            [sys.executable, "-m", "coordinator.cli", "brief", "show", "--json", "-d", str(domain), "--nats", url],
+            cwd=ROOT, capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        assert json.loads(show.stdout)["hash"] == brief_hash(replayed[domain]), f"`brief show` of {domain}"
     for proc in workers.values():
         assert proc.wait(timeout=30) == 0

@@ -21,7 +21,7 @@ def _commit(state: BriefState, i: int) -> Commit:
         op = AddPending(text=f"task {i}")
     else:
         op = SetGoal(text=f"goal {i}")
-    proposal = Proposal(domain=brief.domain, author=f"agent-{i % 5}", op=op, key=f"k{i}")
+    proposal = Proposal(deadline=2e9, domain=brief.domain, author=f"agent-{i % 5}", op=op, key=f"k{i}")
     return Commit.of(proposal, revision=brief.revision + 1, ts=0.0, committed_by="test")
 
 
@@ -91,7 +91,7 @@ async def test_a_replica_resumed_after_its_domain_was_closed_and_purged_sees_it_
     domain = Domain.parse(f"resume/s/{uuid.uuid4().hex[:8]}")
     saved = await _write(log, await log.load(domain), 0, 10)
     close = Commit.of(
-        Proposal(domain=domain, author="a", op=Close(reason="shipped"), key="close"),
+        Proposal(deadline=2e9, domain=domain, author="a", op=Close(reason="shipped"), key="close"),
         revision=11,
         ts=0.0,
         committed_by="test",
@@ -119,7 +119,7 @@ async def test_a_following_replica_that_missed_the_close_and_purge_sees_it_close
         # The close is never appended here, so the replica cannot hear it: as for a
         # replica disconnected through the close, its grace and the purge.
         close = Commit.of(
-            Proposal(domain=domain, author="a", op=Close(reason="shipped"), key="close"),
+            Proposal(deadline=2e9, domain=domain, author="a", op=Close(reason="shipped"), key="close"),
             revision=11,
             ts=0.0,
             committed_by="test",

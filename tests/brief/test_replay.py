@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import msgpack
 import pytest
@@ -33,13 +34,13 @@ from schemas._brief_ops import (
 )
 from schemas._brief_rules import ReplayError, applied_revision, apply, apply_accepted, resolve, triage, validate
 from schemas._brief_snapshot import BriefSnapshot
-from tests.brief.helpers import DOMAIN, OTHER, accept, seeded, words
+from tests.brief.helpers import DOMAIN, NOW, OTHER, TTL, accept, seeded, words
 
 # --- apply ---------------------------------------------------------------
 
 
 def _commit(brief: TaskBrief, op: BriefOp, *, key: str = "k-x", revision: int | None = None) -> Commit:
-    proposal = Proposal(domain=brief.domain, author="agent-a", op=op, key=key)
+    proposal = Proposal(deadline=NOW + TTL, domain=brief.domain, author="agent-a", op=op, key=key)
     return Commit.of(proposal, revision=revision or brief.revision + 1, ts=2.0, committed_by="coord-2")
 
 
@@ -94,7 +95,7 @@ def test_a_reopen_lifts_the_rejections_its_commit_names_however_the_replica_norm
     differs (another Python's Unicode tables) still lifts exactly those."""
     brief = seeded()
     op = Reopen(option="LOCAL  lock + unique index", reason="the index is per domain")
-    proposal = Proposal(domain=brief.domain, author="agent-a", op=op, key="k-reopen")
+    proposal = Proposal(deadline=NOW + TTL, domain=brief.domain, author="agent-a", op=op, key="k-reopen")
     resolved = Commit.of(proposal, revision=brief.revision + 1, ts=2.0, committed_by="c", resolved=resolve(brief, op))
     assert resolved.resolved == (brief.rejected[0].id,)
     expected = apply(brief, resolved)
@@ -123,7 +124,7 @@ def test_only_a_commit_that_resolved_something_carries_it_on_the_wire() -> None:
     plain = _commit(brief, AddNote(text="x"))
     assert "resolved" not in plain.model_dump(mode="json")
     reopen = Reopen(option=brief.rejected[0].option, reason="r")
-    proposal = Proposal(domain=brief.domain, author="agent-a", op=reopen, key="k")
+    proposal = Proposal(deadline=NOW + TTL, domain=brief.domain, author="agent-a", op=reopen, key="k")
     commit = Commit.of(proposal, revision=brief.revision + 1, ts=2.0, committed_by="c", resolved=resolve(brief, reopen))
     wire = msgpack.packb(commit.model_dump(mode="json"))
     assert Commit.model_validate(msgpack.unpackb(wire)) == commit and commit.resolved
@@ -271,11 +272,11 @@ def coordinated(draw: st.DrawFn) -> tuple[TaskBrief, list[Commit]]:
         else:
             author, key = draw(AUTHOR), f"k{len(sent)}"
         sent.append((author, key))
-        proposal = Proposal(domain=DOMAIN, author=author, op=op, key=key)
-        reply = triage(brief, proposal)
+        proposal = Proposal(deadline=NOW + TTL, domain=DOMAIN, author=author, op=op, key=key)
+        reply = triage(brief, proposal, now=NOW)
         # The brief carries its duplicate index from copy to copy; a fresh copy builds
         # its own. Both must judge alike, or the carried index went stale.
-        assert reply == triage(TaskBrief.model_validate(brief.model_dump()), proposal)
+        assert reply == triage(TaskBrief.model_validate(brief.model_dump()), proposal, now=NOW)
         if isinstance(reply, Committed):
             assert reply.duplicate and applied_revision(brief, author, key) == reply.revision
         if reply is not None:
@@ -327,7 +328,7 @@ def test_snapshot_round_trip_keeps_the_hash() -> None:
 
 def test_snapshot_of_another_domain_is_refused() -> None:
     body = BriefSnapshot(seq=1, brief=seeded()).model_dump(mode="json")
-    data = Envelope(type=MessageType.SNAPSHOT, domain=OTHER, sender="x", body=body).encode()
+    data = Envelope[dict[str, Any]](type=MessageType.SNAPSHOT, domain=OTHER, sender="x", body=body).encode()
     with pytest.raises(EnvelopeInvalid, match=f"envelope of {OTHER} holds the brief of {DOMAIN}"):
         BriefSnapshot.decode(data)
 
@@ -337,12 +338,12 @@ def test_snapshot_of_another_domain_is_refused() -> None:
     [
         (b"\xc1", DecodeError, "not valid msgpack"),
         (
-            Envelope(type=MessageType.COMMIT, domain=DOMAIN, sender="x").encode(),
+            Envelope[dict[str, Any]](type=MessageType.COMMIT, domain=DOMAIN, sender="x", body={}).encode(),
             EnvelopeInvalid,
-            "commit envelope",
+            "got a 'commit' envelope",
         ),
         (
-            Envelope(type=MessageType.SNAPSHOT, domain=DOMAIN, sender="x", body={"seq": -1}).encode(),
+            Envelope[dict[str, Any]](type=MessageType.SNAPSHOT, domain=DOMAIN, sender="x", body={"seq": -1}).encode(),
             EnvelopeInvalid,
             "field 'seq'",
         ),

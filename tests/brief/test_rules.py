@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import get_args
@@ -11,10 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas import Domain
+from schemas import BodyInvalid, Domain, ProposalEnvelope, judge_batch, refuse_agent_proposal
 from schemas._brief import (
-    KEYS_PER_AUTHOR,
+    CLOCK_SKEW_MAX,
+    KEY_GRACE,
+    KEYS_PRUNE_EVERY,
     KEYS_REMEMBERED,
+    KEYS_TRIM_SLACK,
+    PROPOSAL_TTL_MAX,
     TEXT_MAX,
     Closure,
     DoneSummary,
@@ -28,8 +33,8 @@ from schemas._brief_messages import (
     Proposal,
     Rejection,
     RejectionCode,
+    Reply,
     ReplyAdapter,
-    parse_proposal,
 )
 from schemas._brief_ops import (
     AddBlocker,
@@ -48,8 +53,8 @@ from schemas._brief_ops import (
     SetGoal,
     op_fingerprint,
 )
-from schemas._brief_rules import applied_revision, validate
-from tests.brief.helpers import DOMAIN, OTHER, accept, next_key, seeded, submit
+from schemas._brief_rules import applied_revision, triage, validate
+from tests.brief.helpers import DOMAIN, NOW, OTHER, TTL, accept, proposal, seeded, submit
 
 # --- every op, accepted ---------------------------------------------------------------
 
@@ -235,7 +240,9 @@ def test_an_invisible_text_an_earlier_version_stored_still_loads() -> None:
     """A schema constraint would make a log entry written before it unreadable, and a
     replica that cannot read one entry cannot read past it."""
     op = AddNote(text="\u200b")
-    proposal = Proposal.model_validate({"domain": str(DOMAIN), "author": "a", "op": op.model_dump(), "key": "k"})
+    proposal = Proposal.model_validate(
+        {"domain": str(DOMAIN), "author": "a", "op": op.model_dump(), "key": "k", "deadline": NOW}
+    )
     assert proposal.op == op
 
 
@@ -252,7 +259,7 @@ class Refused:
 
 
 def _proposal(op: BriefOp, *, domain: Domain = DOMAIN, base: int | None = None) -> Proposal:
-    return Proposal(domain=domain, author="agent-a", op=op, key=next_key(), base_revision=base)
+    return proposal(domain, op, base=base)
 
 
 REFUSED = [
@@ -454,18 +461,40 @@ BAD_BODIES = [
 ]
 
 
+def _taken_in(body: dict[str, object]) -> Proposal | Rejection:
+    """A proposal body as a coordinator takes it in: its envelope decoded (which
+    validates the body), then the one check that needs no brief."""
+    raw = {"v": 1, "type": "proposal", "id": "m1", "domain": str(DOMAIN), "sender": "agent-a", "ts": NOW, "body": body}
+    try:
+        sent = ProposalEnvelope.decode(msgpack.packb(raw)).body
+    except BodyInvalid as exc:
+        return Rejection.from_validation_error(exc.validation_error, skip=1)
+    return refuse_agent_proposal(sent) or sent
+
+
 @pytest.mark.parametrize(("body", "code", "says"), BAD_BODIES)
 def test_bad_proposal_bodies_are_answered(body: dict[str, object], code: RejectionCode, says: str) -> None:
-    raw: dict[str, object] = {"domain": str(DOMAIN), "author": "agent-a", "key": "k1", "op": {"op": "close"}}
-    result = parse_proposal({**raw, **body})
+    raw: dict[str, object] = {
+        "domain": str(DOMAIN), "author": "agent-a", "key": "k1", "deadline": NOW + TTL, "op": {"op": "close"}
+    }  # fmt: skip
+    result = _taken_in({**raw, **body})
     assert isinstance(result, Rejection), result
     assert result.code is code
     assert says in result.reason
 
 
 def test_good_proposal_body_parses() -> None:
-    body = {"domain": str(DOMAIN), "author": "agent-a", "key": "k1", "op": {"op": "add_note", "text": " hi "}}
-    assert parse_proposal(body) == Proposal(domain=DOMAIN, author="agent-a", key="k1", op=AddNote(text="hi"))
+    body = {
+        "domain": str(DOMAIN), "author": "agent-a", "key": "k1", "deadline": NOW, "op": {"op": "add_note", "text": " hi "}
+    }  # fmt: skip
+    assert _taken_in(body) == Proposal(domain=DOMAIN, author="agent-a", key="k1", op=AddNote(text="hi"), deadline=NOW)
+
+
+def test_a_proposal_without_a_deadline_is_refused_naming_it() -> None:
+    body = {"domain": str(DOMAIN), "author": "agent-a", "key": "k1", "op": {"op": "close"}}
+    result = _taken_in(body)
+    assert isinstance(result, Rejection) and result.code is RejectionCode.INVALID_OP
+    assert result.reason == "field 'deadline': Field required"
 
 
 def test_every_rejection_code_has_a_case() -> None:
@@ -473,6 +502,8 @@ def test_every_rejection_code_has_a_case() -> None:
     # KEY_REUSED has its own test too, with the idempotency tests.
     covered = {c.code for c in REFUSED} | {p.values[1] for p in BAD_BODIES}
     covered |= {RejectionCode.DOMAIN_CLOSED, RejectionCode.KEY_REUSED}
+    # EXPIRED has its own tests, with the deadlines.
+    covered |= {RejectionCode.EXPIRED}
     # BUSY is the coordinator's answer to contention, never a rule's verdict.
     assert covered == set(RejectionCode) - {RejectionCode.BUSY}
 
@@ -530,28 +561,87 @@ def test_keys_are_per_author() -> None:
     assert applied_revision(after, "agent-b", "same") == after.revision
 
 
-def test_each_author_remembers_a_bounded_number_of_keys() -> None:
+def test_a_key_is_remembered_past_its_deadline_whatever_else_its_author_commits() -> None:
+    """A copy of a proposal may reach a coordinator late, after its author committed
+    any number of other proposals: it must still be told apart from a new one."""
     brief = accept(seeded(), AddNote(text="first"), key="k-first")
-    for i in range(KEYS_PER_AUTHOR - 1):
-        brief = accept(brief, AddNote(text=f"note {i}"))
+    for i in range(3 * KEYS_PRUNE_EVERY):  # sweeps included, all well within the grace
+        brief = accept(brief, AddNote(text=f"note {i}"), now=NOW + i * 0.1)
     assert applied_revision(brief, "agent-a", "k-first") is not None
-    brief = accept(brief, AddNote(text="one more"))
+    late = proposal(DOMAIN, AddNote(text="first"), key="k-first", deadline=NOW + TTL)
+    assert triage(brief, late, now=NOW + TTL + 1) == Committed(revision=seeded().revision + 1, duplicate=True)
+
+
+def test_a_key_is_forgotten_by_the_sweep_once_no_copy_can_be_committed() -> None:
+    brief = accept(seeded(), AddNote(text="first"), key="k-first")
+    gone = NOW + TTL + KEY_GRACE + 5  # the commits' clock, once the first key's time is over
+    while (brief.revision + 1) % KEYS_PRUNE_EVERY:
+        brief = accept(brief, AddNote(text=f"note {brief.revision}"), now=gone)
+        assert applied_revision(brief, "agent-a", "k-first") is not None, "kept until the sweep"
+    brief = accept(brief, AddNote(text="at the sweep"), now=gone)
     assert applied_revision(brief, "agent-a", "k-first") is None
-    assert len(brief.applied_keys["agent-a"]) == KEYS_PER_AUTHOR
+    assert brief.keys_forgotten_until == 0, "forgotten in its time, not for want of room"
+    # What a copy of it meets now: its deadline is long past, on any coordinator.
+    late = proposal(DOMAIN, AddNote(text="first"), key="k-first", deadline=NOW + TTL)
+    reply = triage(brief, late, now=gone - KEY_GRACE + 2 * CLOCK_SKEW_MAX)
+    assert isinstance(reply, Rejection) and reply.code is RejectionCode.EXPIRED
 
 
-def test_the_brief_remembers_a_bounded_number_of_keys_in_all_the_newest() -> None:
-    """Authors come and go (a coordinator restarted under a new id folds under a new
-    name): the keys of all of them together must not outgrow a snapshot."""
-    brief = base = seeded()
-    total = KEYS_REMEMBERED + 300
-    for i in range(total):  # one key each from as many authors: note i is at base.revision + 1 + i
-        brief = accept(brief, AddNote(text=f"note {i}"), key=f"k{i}", author=f"agent-{i}")
+def test_a_proposal_past_its_deadline_is_refused_not_committed() -> None:
+    brief = seeded()
+    after, reply = submit(brief, AddNote(text="late"), now=NOW + 10, deadline=NOW + 9.5)
+    assert isinstance(reply, Rejection) and reply.code is RejectionCode.EXPIRED
+    assert reply.reason.endswith(
+        "0.5s after its deadline, and was not committed; if an earlier attempt was, its key is in the brief"
+    )
+    assert after is brief
+    on_time = submit(brief, AddNote(text="late"), now=NOW + 9.5, deadline=NOW + 9.5)[1]
+    assert on_time == Committed(revision=brief.revision + 1)
+
+
+def test_a_deadline_further_than_any_proposal_may_wait_is_refused() -> None:
+    too_far = submit(seeded(), AddNote(text="x"), deadline=NOW + PROPOSAL_TTL_MAX + CLOCK_SKEW_MAX + 1)[1]
+    assert isinstance(too_far, Rejection) and too_far.code is RejectionCode.INVALID_OP
+    assert "may stay valid for 600s at most" in too_far.reason
+    for bad in (float("inf"), float("nan")):
+        refused = submit(seeded(), AddNote(text="x"), deadline=bad)[1]
+        assert isinstance(refused, Rejection) and refused.code is RejectionCode.INVALID_OP
+    skewed = submit(seeded(), AddNote(text="x"), deadline=NOW + PROPOSAL_TTL_MAX + CLOCK_SKEW_MAX)[1]
+    assert isinstance(skewed, Committed), "a proposer's clock may run ahead by the skew allowed"
+
+
+def test_the_brief_remembers_a_bounded_number_of_keys_and_refuses_what_it_cannot_tell() -> None:
+    """A domain committing faster than the keys can be kept: those with the earliest
+    deadlines are dropped, and a proposal as old as those is refused rather than risk
+    committing a copy twice; a newer one commits."""
+    brief = base = TaskBrief(domain=DOMAIN)
+    total = KEYS_REMEMBERED + KEYS_TRIM_SLACK + 1
+
+    def deadline(i: int) -> float:
+        return NOW + 1 + i * 0.05
+
+    for i in range(total):  # one key each from as many authors, all within their time
+        sent = proposal(DOMAIN, AddNote(text=f"note {i}"), key=f"k{i}", author=f"agent-{i}", deadline=deadline(i))
+        [reply], brief = _judged(brief, sent)
+        assert reply == Committed(revision=base.revision + 1 + i)
     remembered = sum(map(len, brief.applied_keys.values()))
-    assert KEYS_REMEMBERED <= remembered < total
-    kept = [i for i in range(total) if applied_revision(brief, f"agent-{i}", f"k{i}") == base.revision + 1 + i]
-    assert kept == list(range(total - len(kept), total)), "the newest are kept, without a gap"
-    assert applied_revision(brief, "agent-0", "k0") is None
+    assert remembered == KEYS_REMEMBERED
+    kept = [i for i in range(total) if applied_revision(brief, f"agent-{i}", f"k{i}") is not None]
+    assert kept == list(range(total - KEYS_REMEMBERED, total)), "the latest deadlines are kept, without a gap"
+    assert brief.keys_forgotten_until == math.ceil(deadline(total - KEYS_REMEMBERED - 1))
+    # A copy of the first proposal, still within its deadline on this clock: forgotten,
+    # so it cannot be told from new; refused.
+    copy = proposal(DOMAIN, AddNote(text="note 0"), key="k0", author="agent-0", deadline=deadline(0))
+    [refused], _ = _judged(brief, copy)
+    assert isinstance(refused, Rejection) and refused.code is RejectionCode.EXPIRED
+    assert "cannot be told apart from a retry" in refused.reason
+    fresh = proposal(DOMAIN, AddNote(text="new"), author="agent-0", deadline=NOW + TTL)
+    assert _judged(brief, fresh)[0] == [Committed(revision=brief.revision + 1)]
+
+
+def _judged(brief: TaskBrief, *sent: Proposal, now: float = NOW) -> tuple[list[Reply], TaskBrief]:
+    judgement = judge_batch(brief, sent, now=now, committed_by="coord-1")
+    return list(judgement.replies), judgement.brief
 
 
 def test_copies_built_on_one_brief_judge_duplicates_by_their_own_items() -> None:

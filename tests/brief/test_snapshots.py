@@ -22,7 +22,7 @@ async def log(nats_client: NatsClient) -> BriefLog:
 
 
 def _commit(brief: TaskBrief, op: AddNote | Close) -> Commit:
-    proposal = Proposal(domain=brief.domain, author="a", op=op, key=uuid.uuid4().hex)
+    proposal = Proposal(deadline=2e9, domain=brief.domain, author="a", op=op, key=uuid.uuid4().hex)
     return Commit.of(proposal, revision=brief.revision + 1, ts=0.0, committed_by="test")
 
 
@@ -66,6 +66,9 @@ async def test_a_domain_whose_log_was_purged_under_its_snapshot_goes_on_from_the
         agent = Proposer(client, domain, agent_id="a")
         for i in range(3):
             assert await agent.propose(AddNote(text=f"n{i}")) == Committed(revision=i + 1)
+        with anyio.fail_after(10):  # the snapshot is written after the answer
+            while (await BriefLog(client).load_snapshot(domain)).brief.revision < 3:
+                await anyio.sleep(0.05)
         await client.jetstream().purge_stream(TX_STREAM, subject=subject(domain, Verb.TX))  # by hand
         assert await agent.propose(AddNote(text="after")) == Committed(revision=4)
         state = await BriefLog(client).load(domain)

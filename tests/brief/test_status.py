@@ -8,6 +8,7 @@ dead letter reads the same whichever subject it came on.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import msgpack
 import pytest
@@ -35,6 +36,7 @@ from schemas import (
     Committed,
     CoordinatorStatus,
     DeadLetter,
+    DeadLetterEnvelope,
     DecodeError,
     Envelope,
     EnvelopeInvalid,
@@ -129,12 +131,14 @@ async def test_dead_letters_are_reports_on_either_subject(nats_url: str) -> None
         in_domain = (await dlq.next_msg(timeout=5)).data
         outside = (await global_dlq.next_msg(timeout=5)).data
 
-    envelope = Envelope.decode(in_domain)
+    envelope = DeadLetterEnvelope.decode(in_domain)
     assert envelope.type is MessageType.DEAD_LETTER and envelope.sender == "c-dlq" and envelope.domain == domain
-    letter = DeadLetter.of_envelope(envelope)
+    letter = envelope.body
     assert letter.reason == "DecodeError" and letter.subject == subject(domain, Verb.PROPOSE)
     assert letter.size == len(garbage) and letter.payload_head == garbage[:DEAD_LETTER_QUOTE_MAX]
-    assert envelope.body["reason"] == "DecodeError", "readers of the plain body still find its fields"
+    plain = msgpack.unpackb(in_domain)["body"]
+    assert plain["reason"] == "DecodeError", "readers of the plain body still find its fields"
+    assert plain["payload_head"] == garbage[:DEAD_LETTER_QUOTE_MAX], "the quoted bytes stay bytes on the wire"
 
     bare = DeadLetter.decode(outside)
     assert bare.reason == "bad_subject" and bare.subject == "ctx.bad\u00e9.s.t.propose" and bare.payload_head == b"x"
@@ -147,7 +151,7 @@ async def test_a_message_whose_error_would_quote_a_megabyte_still_makes_a_dead_l
     async with running_coordinator(nats_url, coordinator_id="c-dlq-big") as (client, _):
         dlq = await client.subscribe(subject(domain, Verb.DLQ))
         await request(client, subject(domain, Verb.PROPOSE), junk, timeout=5)
-        letter = DeadLetter.of_envelope(Envelope.decode((await dlq.next_msg(timeout=5)).data))
+        letter = DeadLetterEnvelope.decode((await dlq.next_msg(timeout=5)).data).body
     assert letter.reason == "SchemaVersionError" and letter.size == len(junk)
     assert len(letter.detail) < 300, letter.detail
 
@@ -159,12 +163,15 @@ def test_a_dead_letter_quotes_only_the_head_and_refuses_what_is_not_one() -> Non
     assert len(long.detail) == DEAD_LETTER_DETAIL_MAX and long.detail.endswith("...")
     assert DeadLetter.decode(letter.encode()) == letter
     domain = fresh_domain()
-    assert DeadLetter.of_envelope(Envelope.decode(letter.envelope(domain=domain, sender="c").encode())) == letter
+    assert DeadLetterEnvelope.decode(letter.envelope(domain=domain, sender="c").encode()).body == letter
 
+    AnyEnvelope = Envelope[dict[str, Any]]
+    reply = AnyEnvelope(type=MessageType.REPLY, domain=domain, sender="c", body=letter.model_dump())
     with pytest.raises(EnvelopeInvalid, match="expected a dead_letter envelope"):
-        DeadLetter.of_envelope(Envelope(type=MessageType.EVENT, domain=domain, sender="c", body=letter.model_dump()))
-    with pytest.raises(EnvelopeInvalid, match="dead letter is invalid"):
-        DeadLetter.of_envelope(Envelope(type=MessageType.DEAD_LETTER, domain=domain, sender="c", body={"reason": "r"}))
+        DeadLetterEnvelope.decode(reply.encode())
+    incomplete = AnyEnvelope(type=MessageType.DEAD_LETTER, domain=domain, sender="c", body={"reason": "r"})
+    with pytest.raises(EnvelopeInvalid, match="dead_letter body is invalid"):
+        DeadLetterEnvelope.decode(incomplete.encode())
     with pytest.raises(EnvelopeInvalid):
         DeadLetter.decode(msgpack.packb({**letter.model_dump(), "payload_head": b"z" * (DEAD_LETTER_QUOTE_MAX + 1)}))
     with pytest.raises(DecodeError):

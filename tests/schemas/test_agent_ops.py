@@ -6,7 +6,7 @@ from typing import get_args
 
 import pytest
 
-from schemas import AGENT_OPS, BriefOp, FoldDone, Rejection, RejectionCode, parse_proposal
+from schemas import AGENT_OPS, BriefOp, FoldDone, Proposal, Rejection, RejectionCode, refuse_agent_proposal
 
 
 def test_every_op_but_fold_done_in_the_order_of_the_union() -> None:
@@ -22,8 +22,19 @@ def test_no_caller_can_change_the_list() -> None:
 
 
 def test_a_proposal_of_any_other_op_is_refused() -> None:
-    body = {"domain": "a/b/c", "author": "agent-a", "key": "k1", "op": {"op": "fold_done", "item_ids": ["d1"]}}
-    answer = parse_proposal(body)
+    body = {
+        "domain": "a/b/c",
+        "author": "agent-a",
+        "key": "k1",
+        "deadline": 1e9,
+        "op": {"op": "fold_done", "item_ids": ["d1"]},
+    }
+    answer = refuse_agent_proposal(Proposal.model_validate(body))
     assert isinstance(answer, Rejection)
     assert answer.code is RejectionCode.INVALID_OP
     assert answer.reason == "fold_done is the coordinators' own operation, done when the brief is over its budget"
+
+
+def test_a_proposal_of_an_agent_op_is_not_refused_here() -> None:
+    body = {"domain": "a/b/c", "author": "agent-a", "key": "k1", "deadline": 1e9, "op": {"op": "add_note", "text": "x"}}
+    assert refuse_agent_proposal(Proposal.model_validate(body)) is None

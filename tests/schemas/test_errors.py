@@ -119,7 +119,9 @@ def test_a_bad_stored_value_is_described_not_dumped(data: bytes, says: str) -> N
 
 
 def test_a_bad_snapshot_body_names_every_problem() -> None:
-    envelope = Envelope(type=MessageType.SNAPSHOT, domain=Domain.parse("a/b/c"), sender="x", body={"seq": -1})
+    envelope = Envelope[dict[str, int]](
+        type=MessageType.SNAPSHOT, domain=Domain.parse("a/b/c"), sender="x", body={"seq": -1}
+    )
     with pytest.raises(EnvelopeInvalid) as caught:
         BriefSnapshot.decode(envelope.encode())
     assert str(caught.value) == (
