@@ -26,6 +26,7 @@ from bus import AppendExpired, BriefLog, BriefState, BusError, BusUnavailable, C
 from coordinator._config import FOLD_AUTHOR_SUFFIX, CoordinatorConfig
 from coordinator._metrics import Metrics
 from schemas import (
+    Commit,
     Committed,
     Domain,
     Judgement,
@@ -35,6 +36,7 @@ from schemas import (
     RejectionCode,
     Reply,
     TaskBrief,
+    apply,
     brief_hash,
     fold_done_op,
     judge_batch,
@@ -97,12 +99,38 @@ class _FoldBudget:
 
 @dataclass
 class _Snapshots:
-    """When the next snapshot is due."""
+    """When the next snapshot is due, and what it is checked against."""
 
     since: int = 0
     """Commits since the last snapshot was written (or the brief loaded)."""
-    last: BriefState | None = field(default=None)
-    """The last snapshot this committer wrote, which the next self-check starts from."""
+    base: BriefState | None = None
+    """The last snapshot written, as the log gives it: the start of `appended`. None once
+    the brief was read from the log (loaded, or brought up to date after another writer
+    appended), since the log then holds entries this committer did not write: the next
+    check reads the log instead."""
+    appended: list[tuple[tuple[Commit, ...], int]] = field(default_factory=list)
+    """The entries this committer appended since `base`: their commits and sequences."""
+
+    def start_from(self, state: BriefState | None) -> None:
+        self.base = state
+        self.appended.clear()
+
+    def record(self, commits: tuple[Commit, ...], seq: int) -> None:
+        if self.base is not None:
+            self.appended.append((commits, seq))
+
+    def replayed(self) -> BriefState | None:
+        """`base` with the entries appended since applied as a replica applies them, or
+        None if the log has entries this committer did not write."""
+        if self.base is None:
+            return None
+        state = self.base
+        for commits, seq in self.appended:
+            brief = state.brief
+            for commit in commits:
+                brief = apply(brief, commit)
+            state = BriefState(brief, seq)
+        return state
 
 
 class DomainCommitter:
@@ -253,11 +281,21 @@ class DomainCommitter:
             log.warning("cannot create the brief log's streams yet: %s", exc)
 
     async def _load(self) -> None:
-        self._cache = await self._log.load(self.domain)
-        self._snapshots = _Snapshots()
+        self._reloaded(await self._log.load(self.domain))
+        assert self._cache is not None
         log.info("loaded %s at revision %d", self.domain, self._cache.brief.revision)
         if self._cache.brief.is_closed and await self._log.end(self.domain):
             self._schedule_purge()  # whoever committed the close may have died since
+
+    def _appended(self, judgement: Judgement, seq: int) -> None:
+        """Take the brief after what this committer just appended at `seq`."""
+        self._cache = BriefState(judgement.brief, seq)
+        self._snapshots.record(judgement.commits, seq)
+
+    def _reloaded(self, state: BriefState) -> None:
+        """Take a brief read from the log."""
+        self._cache = state
+        self._snapshots.start_from(None)
 
     @property
     def _cached(self) -> BriefState:
@@ -299,7 +337,7 @@ class DomainCommitter:
                 continue
             await self._answer(batch, judgement.replies)
             # Only now, with the answers gone: nobody but the next batch waits for it.
-            self._cache = BriefState(judgement.brief, seq)
+            self._appended(judgement, seq)
             self._fold.room -= sum(map(render_growth_bound, judgement.commits))
             for _commit in judgement.commits:
                 self._metrics.committed()
@@ -324,7 +362,7 @@ class DomainCommitter:
         refused = any(isinstance(r, Rejection) and r.code is not RejectionCode.EXPIRED for r in judgement.replies)
         if not refused or (end := await self._log.end(self.domain)) == judged_on.seq:
             return False
-        self._cache = await self._log.refresh(judged_on, end)
+        self._reloaded(await self._log.refresh(judged_on, end))
         return True
 
     async def _append(self, judged_on: BriefState, judgement: Judgement) -> int | None:
@@ -338,9 +376,9 @@ class DomainCommitter:
             return await self._log.append(judged_on, judgement.commits, sender=self._id)
         except CasConflict as exc:
             self._metrics.cas_retries += 1
-            self._cache = await self._log.refresh(judged_on, exc.actual)
+            self._reloaded(await self._log.refresh(judged_on, exc.actual))
             self._fold.room = 0  # others' commits grew the brief by who knows how much
-            self._lost_race(self.domain, self._cache.last_writer)
+            self._lost_race(self.domain, self._cached.last_writer)
             return None
 
     async def _answer(self, batch: list[Pending], replies: tuple[Reply, ...] | list[Reply]) -> None:
@@ -407,7 +445,7 @@ class DomainCommitter:
             return
         if seq is None:  # another writer moved on: fold after its commits, next time
             return
-        self._cache = BriefState(judgement.brief, seq)
+        self._appended(judgement, seq)
         self._metrics.committed()
         self._snapshots.since += 1
         self._leave_room(budget, count(render_brief(judgement.brief)))
@@ -436,7 +474,9 @@ class DomainCommitter:
 
     async def _snapshot(self) -> None:
         """Store the brief as the domain's snapshot, once it is shown to be what the log
-        gives: the last snapshot with the log entries since applied to it.
+        gives: the last snapshot with the log entries since applied to it, as a replica
+        applies them (from the entries this committer appended, kept in memory; or, if
+        the log holds entries of another writer since, read from the log).
 
         A snapshot is what every joiner starts from; one written from a brief that went
         wrong in this process's cache would spread the error to all of them. A brief
@@ -445,10 +485,12 @@ class DomainCommitter:
         """
         cached = self._cached
         try:
-            base = self._snapshots.last or await self._log.load_snapshot(self.domain)
-            if base.seq >= cached.seq:
-                return  # one as new is stored already (another coordinator's)
-            truth = await self._log.catch_up(base, until=cached.seq)
+            truth = self._snapshots.replayed()
+            if truth is None:
+                base = await self._log.load_snapshot(self.domain)
+                if base.seq >= cached.seq:
+                    return  # one as new is stored already (another coordinator's)
+                truth = await self._log.catch_up(base, until=cached.seq)
             if truth.seq != cached.seq:
                 # The log no longer holds the entry the brief was built to (purged, or its
                 # stream recreated): nothing to check against, and the next append, which
@@ -460,7 +502,7 @@ class DomainCommitter:
                     truth.seq,
                 )
                 return
-            if brief_hash(truth.brief) != brief_hash(cached.brief):
+            if truth.brief != cached.brief:  # field by field: what the canonical hash covers
                 self._metrics.self_check_failed()
                 self._metrics.error(f"{self.domain}: cached brief disagrees with the log at sequence {cached.seq}")
                 log.error(
@@ -475,7 +517,8 @@ class DomainCommitter:
                 )
                 await self._load()
                 return
-            self._snapshots.last = truth if await self._log.snapshot(truth) else None
+            await self._log.snapshot(truth)
+            self._snapshots.start_from(truth)
         except PayloadTooLarge as exc:
             self._metrics.error(f"snapshot of {self.domain} failed: {exc}")
             log.error(

@@ -19,12 +19,14 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 import pytest
 
-from agents.brief import BriefReplica
+from agents.brief import BriefReplica, Proposer
 from bus import BriefLog, BriefState, NatsClient, Verb, commits_of, subject
 from schemas import (
     AddConstraint,
@@ -35,6 +37,7 @@ from schemas import (
     Committed,
     Complete,
     Domain,
+    Judgement,
     Proposal,
     ProposalEnvelope,
     Reject,
@@ -43,6 +46,7 @@ from schemas import (
     Reply,
     ReplyEnvelope,
     TaskBrief,
+    apply_accepted,
     brief_hash,
 )
 from tests._support import fresh_domain, serving_coordinator
@@ -203,3 +207,39 @@ async def test_every_reader_holds_the_same_brief_after_every_batch(nats_url: str
     for outcome in ("committed", "committed/dup", "expired", "rejected_option", "unknown_item"):
         assert outcomes[outcome], (outcome, outcomes)
     assert model.oldest_retry > LONG_AGO, f"no retry outlasted {LONG_AGO} commits of its author"
+
+
+async def test_a_cached_brief_gone_wrong_is_never_snapshotted(nats_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Put the old bug back (a batch's last commit applied twice to the cached brief):
+    the check before the snapshot catches it, logs and counts it, writes no snapshot of
+    it, and loads the brief again from the log, so every reader still agrees."""
+    import coordinator._committer as committer_module
+
+    judge = committer_module.judge_batch
+
+    def judge_twice(brief: TaskBrief, proposals: Sequence[Proposal], **kwargs: Any) -> Judgement:
+        judgement = judge(brief, proposals, **kwargs)
+        if not any(isinstance(p.op, AddNote) and p.op.text == "applied twice" for p in proposals):
+            return judgement
+        last = judgement.commits[-1]
+        return Judgement(judgement.replies, judgement.commits, apply_accepted(judgement.brief, last), None)
+
+    monkeypatch.setattr(committer_module, "judge_batch", judge_twice)
+    domain = fresh_domain("model")
+    async with serving_coordinator(nats_url, coordinator_id="c-self-check", snapshot_every=2) as serving:
+        client, _, coordinator = serving
+        agent = Proposer(client, domain, agent_id="a")
+        assert await agent.propose(AddNote(text="fine")) == Committed(revision=1)
+        assert await agent.propose(AddNote(text="applied twice")) == Committed(revision=2)
+        with anyio.fail_after(10):  # the snapshot after the second commit is checked, and refused
+            while coordinator.metrics.self_check_failures < 1:
+                await anyio.sleep(0.02)
+        log = BriefLog(client)
+        assert (await log.load_snapshot(domain)).brief.revision == 0, "no snapshot of the wrong brief"
+        assert await agent.propose(AddNote(text="after")) == Committed(revision=3)
+        committer = coordinator.committer(domain)
+        assert committer is not None and committer.brief is not None
+        replayed = await log.catch_up(BriefState(TaskBrief(domain=domain), 0))
+        assert brief_hash(committer.brief) == brief_hash(replayed.brief), "loaded again from the log"
+        assert [n.text for n in replayed.brief.notes] == ["fine", "applied twice", "after"]
+        assert "disagrees with the log" in (coordinator.metrics.last_error or "")
