@@ -13,9 +13,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from agents.brief import ProposalUnanswered, Proposer
 from bus import BriefLog, TxLog, Verb, close_quietly, commits_of, connect, run_async, subject
-from coordinator.cli._app import app
+from coordinator.cli._app import command_set
 from coordinator.cli._common import (
     DEFAULT_NATS_URL,
     DomainOption,
@@ -41,10 +40,12 @@ from schemas import (
     render_brief,
 )
 
-__all__: list[str] = []
+__all__ = ["commands"]
+
+commands = command_set()
 
 brief_app = typer.Typer(help="Show the shared brief of a task, or propose a change to it.", no_args_is_help=True)
-app.add_typer(brief_app, name="brief", rich_help_panel="Shared brief")
+commands.add_typer(brief_app, name="brief")
 
 # Which field the positional VALUE fills, per operation: the first after `op`.
 _MAIN_FIELD = {tag: next(name for name in model.model_fields if name != "op") for tag, model in AGENT_OPS.items()}
@@ -130,6 +131,8 @@ _PROPOSE_DEADLINE = 10.0
 
 
 async def _propose(urls: str, domain: Domain, agent: str, op: BriefOp, key: str, as_json: bool) -> int:
+    from agents.brief import ProposalUnanswered, Proposer  # `brief show` and `log` need none of the agent side
+
     client = await connect(bus_config(urls))
     try:
         reply = await Proposer(client, domain, agent_id=agent).propose(op, key=key, deadline=_PROPOSE_DEADLINE)
@@ -154,7 +157,7 @@ async def _propose(urls: str, domain: Domain, agent: str, op: BriefOp, key: str,
     return 0 if isinstance(reply, Committed) else 1
 
 
-@app.command("log", rich_help_panel="Shared brief")
+@commands.command("log")
 def log_command(
     domain: DomainOption,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new commits until Ctrl-C.")] = False,

@@ -22,13 +22,13 @@ from bus import (
     event_loop_name,
     run_async,
 )
-from coordinator import Coordinator, CoordinatorConfig
+from coordinator import CoordinatorConfig
 from coordinator._config import (  # not exported by `coordinator` yet
     DEFAULT_BRIEF_BUDGET,
     DEFAULT_SNAPSHOT_EVERY,
     MAX_REPLICAS,
 )
-from coordinator.cli._app import app
+from coordinator.cli._app import command_set
 from coordinator.cli._common import (
     DEFAULT_NATS_URL,
     NatsOption,
@@ -40,7 +40,9 @@ from coordinator.cli._common import (
 )
 from coordinator.cli._running import INTERRUPTED, one_error, until_signal
 
-__all__: list[str] = []
+__all__ = ["commands"]
+
+commands = command_set()
 
 DEFAULT_NATS_PORT: Final = 4222
 """The standard NATS client port, so other tools find the embedded server."""
@@ -61,7 +63,7 @@ BudgetOption = Annotated[
 ]
 
 
-@app.command(rich_help_panel="Servers")
+@commands.command()
 def nats(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: PortOption = DEFAULT_NATS_PORT,
@@ -77,7 +79,7 @@ def nats(
     run_async(_run, _embedded(host, port, data_dir, sync_interval), None)
 
 
-@app.command(rich_help_panel="Servers")
+@commands.command()
 def up(
     port: PortOption = DEFAULT_NATS_PORT,
     data_dir: DataDirOption = None,
@@ -93,7 +95,7 @@ def up(
     run_async(_run, _embedded("127.0.0.1", port, data_dir, sync_interval), config)
 
 
-@app.command(rich_help_panel="Servers")
+@commands.command()
 def coordinator(
     nats: NatsOption = DEFAULT_NATS_URL,
     coordinator_id: Annotated[
@@ -196,6 +198,8 @@ async def _serve(
     :raises CtxbusError: if the coordinator cannot start (the streams cannot be created:
         no JetStream, more replicas than nodes...), as itself rather than in a group.
     """
+    from coordinator import Coordinator  # the daemon: `ctxbus nats` needs none of it
+
     client = await connect(bus)
     try:
         with one_error():
