@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 import nats.js.errors
+import pytest
 
 from bus import (
     BRIEF_BUCKET,
@@ -18,6 +19,7 @@ from bus import (
     TX_STREAM,
     BusConfig,
     BusError,
+    BusUnavailable,
     Leases,
     LoopbackCluster,
     TxLog,
@@ -142,3 +144,10 @@ async def test_a_coordinator_creates_the_log_with_its_replicas_and_never_cuts_th
         assert [await copies(stream) for stream in streams] == [3, 3, 3, 3]
     finally:
         await close_quietly(client)  # its node may have just died
+
+
+async def test_waiting_for_the_leader_of_a_stream_that_does_not_exist_says_so(nats_cluster: LoopbackCluster) -> None:
+    with pytest.raises(
+        BusUnavailable, match=r"no running node of .* leads stream NO_SUCH_STREAM after 1s \(NotFoundError"
+    ):
+        await nats_cluster.wait_for_leader("NO_SUCH_STREAM", timeout=1)
