@@ -310,14 +310,20 @@ class EmbeddedServer(ProcessGroup):
         self.start()
 
     async def astart(self) -> Self:
-        """`start()` for async code, in a worker thread; returns once the server
-        answers JetStream requests (a cluster's node: once the cluster answers through it).
+        """`start()` for async code (and `async with`), in a worker thread; returns once
+        the server answers JetStream requests (a cluster's node: once the cluster answers
+        through it).
 
         :raises ServerError: as `start()`, or if JetStream does not answer within
             `start_timeout` seconds of the start.
         """
-        await anyio.to_thread.run_sync(self.start)
-        await self._until_jetstream_answers()
+        await super().astart()
+        try:
+            await self._until_jetstream_answers()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self.stop)
+            raise
         return self
 
     async def arestart(self, *, hard: bool = False) -> None:

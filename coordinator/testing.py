@@ -27,11 +27,8 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Final, Self
 
-import anyio
-import anyio.to_thread
 import pytest
 
 from bus import (
@@ -41,6 +38,7 @@ from bus import (
     EmbeddedServer,
     LoopbackCluster,
     NatsClient,
+    ProcessGroup,
     close_quietly,
     connect,
     gather,
@@ -71,8 +69,9 @@ class CoordinatorFailed(CtxbusError):
     """Raised when a coordinator process exits, or does not serve, before it is ready."""
 
 
-class CoordinatorProcess:
-    """A `ctxbus coordinator` child process, for tests.
+class CoordinatorProcess(ProcessGroup):
+    """A `ctxbus coordinator` child process, for tests; `with` and `async with` start
+    and stop it.
 
     :param servers: the server, the cluster or the URLs it connects to.
     :param coordinator_id: its id in logs, commits and status; a fresh one by default.
@@ -137,10 +136,6 @@ class CoordinatorProcess:
             raise
         return self
 
-    async def astart(self) -> Self:
-        """`start()` for async code, in a worker thread, so the event loop runs on."""
-        return await anyio.to_thread.run_sync(self.start)
-
     def stop(self, timeout: float = DEFAULT_STOP_TIMEOUT) -> None:
         """Stop it with SIGTERM, as a service manager would; SIGKILL after `timeout` seconds."""
         process = self._process
@@ -176,14 +171,6 @@ class CoordinatorProcess:
         if found is None:
             raise BusUnavailable(f"coordinator {self.coordinator_id} did not answer on {STATUS_SUBJECT}")
         return found
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     async def _ask(self, client: NatsClient, *, wait: float) -> CoordinatorStatus | None:
         for answer in await gather(client, STATUS_SUBJECT, b"", wait=wait):

@@ -28,9 +28,9 @@ async def test_a_plain_nats_client_with_the_documented_settings_too(nats_server_
         js = client.jetstream()
         await js.add_stream(name="ORDERS", subjects=["orders.>"])
         await server.arestart(hard=True)
-        assert (await js.publish("orders.new", b"after", timeout=2)).seq == 1
+        assert (await js.publish("orders.new", b"after", timeout=5)).seq == 1
         await server.arestart()  # SIGTERM this time
-        assert (await js.publish("orders.new", b"again", timeout=2)).seq == 2
+        assert (await js.publish("orders.new", b"again", timeout=5)).seq == 2
     finally:
         await client.close()
 
