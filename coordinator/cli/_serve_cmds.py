@@ -143,7 +143,9 @@ def up(
     copies = replicas if replicas is not None else nodes
     if copies > nodes:
         hint = f"add --cluster {max(copies, 3)}" if cluster is None else f"at most --replicas {nodes}"
-        raise typer.BadParameter(f"{copies} copies need {copies} nodes, and NATS here has {nodes}: {hint}")
+        raise typer.BadParameter(
+            f"{copies} copies need {copies} nodes, and NATS here has {nodes}: {hint}", param_hint="--replicas"
+        )
     config = dataclasses.replace(coordinator_config(None, brief_budget), replicas=copies)
     run_async(_run, _local(LOOPBACK, port, data_dir, sync_interval, cluster), config)
 
