@@ -3,7 +3,9 @@ and the root's help, drawn without loading the commands, is the one they would d
 
 from __future__ import annotations
 
+import importlib
 import os
+import pkgutil
 import re
 import subprocess
 import sys
@@ -14,6 +16,7 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
+import coordinator.cli
 from coordinator.cli import app
 from coordinator.cli._app import COMMANDS, load_command
 
@@ -76,3 +79,13 @@ def test_the_root_imports_no_command(argv: list[str]) -> None:
     )
     shown = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, check=True)
     assert shown.stdout.splitlines()[-1] == ""
+
+
+def test_every_command_a_module_defines_is_listed() -> None:
+    """A command missing from `COMMANDS` could never run: the root only loads what it lists."""
+    defined: dict[str, str] = {}
+    for module in pkgutil.iter_modules(coordinator.cli.__path__):
+        if module.name.endswith("_cmds"):
+            commands = importlib.import_module(f"coordinator.cli.{module.name}").commands
+            defined.update((name, module.name) for name in typer.main.get_group(commands).commands)
+    assert defined == {name: listed.module for name, listed in COMMANDS.items()}
