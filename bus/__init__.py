@@ -22,6 +22,7 @@ from bus._errors import (
 from bus._event_loop import NO_UVLOOP_ENV, STOP_SIGNALS, anyio_backend, event_loop_name, run_async, uses_uvloop
 from bus._kv import Bucket, BucketConfig, KvEntry
 from bus._leases import Lease, LeaseConfig, Leases
+from bus._lifecycle import ProcessGroup
 from bus._pid_lock import PidLock
 from bus._retry import Retry
 from bus._rpc import Handler, Listener, Request, gather, listen, publish, request, serve
@@ -78,6 +79,7 @@ __all__ = [
     "LoopbackCluster",
     "NatsClient",
     "PidLock",
+    "ProcessGroup",
     "PRESENCE_BUCKET",
     "PROPOSE_QUEUE",
     "STATUS_SUBJECT",

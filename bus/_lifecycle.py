@@ -15,8 +15,8 @@ __all__ = ["ProcessGroup"]
 class ProcessGroup(ABC):
     """Something with blocking `start()`/`stop()`, usable with `with` and `async with`.
 
-    The async forms run the blocking calls in a worker thread, and stop under a shield
-    so a cancelled test still leaves no server process behind.
+    The async forms (`astart`, `async with`) run the blocking calls in a worker thread,
+    and stop under a shield so a cancelled test still leaves no process behind.
     """
 
     @abstractmethod
@@ -27,6 +27,10 @@ class ProcessGroup(ABC):
     def stop(self) -> None:
         """Stop and clean up."""
 
+    async def astart(self) -> Self:
+        """`start()` for async code: in a worker thread, so the event loop runs on."""
+        return await anyio.to_thread.run_sync(self.start)
+
     def __enter__(self) -> Self:
         return self.start()
 
@@ -36,7 +40,7 @@ class ProcessGroup(ABC):
         self.stop()
 
     async def __aenter__(self) -> Self:
-        return await anyio.to_thread.run_sync(self.start)
+        return await self.astart()
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None

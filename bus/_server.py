@@ -8,6 +8,7 @@ wheel. JetStream acknowledges before fsync unless told otherwise, so we default 
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.metadata
 import logging
 import shutil
@@ -21,7 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Self
 
-from bus._errors import ServerError
+import anyio
+import anyio.to_thread
+import nats.errors
+import nats.js.errors
+
+from bus._connection import BusConfig, close_quietly, connect
+from bus._errors import BusUnavailable, ServerError
 from bus._lifecycle import ProcessGroup
 from bus._pid_lock import PidLock
 
@@ -87,6 +94,11 @@ class EmbeddedServer(ProcessGroup):
     Usable as a sync or async context manager, or with `start()`/`stop()`. After the
     first start its port is pinned, so `restart()` (and `kill()` + `start()`) come back
     on the same URL with the same store: clients reconnect and data is kept.
+
+    In async code, restart it with `await arestart()` (or `kill()`, then
+    `await astart()`): the synchronous calls block the event loop, so a client on it
+    learns that its connection died only once the new server is up, and first sends its
+    next request down the dead connection, where it is lost and waits out its timeout.
 
     :param data_dir: holds the config, the log and JetStream's store; a temporary
         directory (removed on `stop`) when not given.
@@ -287,12 +299,67 @@ class EmbeddedServer(ProcessGroup):
         self._release()
 
     def restart(self, *, hard: bool = False) -> None:
-        """Stop (or kill, with `hard`) and start again on the same port and store."""
+        """Stop (or kill, with `hard`) and start again on the same port and store.
+
+        Blocks; in async code use `arestart`, which lets clients see the server go.
+        """
         if hard:
             self.kill()
         else:
             self._terminate(DEFAULT_STOP_TIMEOUT)
         self.start()
+
+    async def astart(self) -> Self:
+        """`start()` for async code (and `async with`), in a worker thread; returns once
+        the server answers JetStream requests (a cluster's node: once the cluster answers
+        through it).
+
+        :raises ServerError: as `start()`, or if JetStream does not answer within
+            `start_timeout` seconds of the start.
+        """
+        await super().astart()
+        try:
+            await self._until_jetstream_answers()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self.stop)
+            raise
+        return self
+
+    async def arestart(self, *, hard: bool = False) -> None:
+        """`restart()` for async code: stop (or SIGKILL, with `hard`) and start again,
+        and return once the server answers JetStream requests.
+
+        The process work runs in a worker thread, so the event loop runs on: clients on
+        it see the connection die as it dies and reconnect, and what they send meanwhile
+        waits in their buffer and goes out once they are back. A client made by
+        `bus.connect` tries again every 0.25 s, without end; one with nats-py's defaults
+        every 2 s, 60 times, so its first request may need more than its default 0.5 s.
+
+        :raises ServerError: as `start()`, or if JetStream does not answer in time.
+        """
+        await anyio.to_thread.run_sync(functools.partial(self.restart, hard=hard))
+        await self._until_jetstream_answers()
+
+    async def _until_jetstream_answers(self) -> None:
+        last = "no answer yet"
+        with anyio.move_on_after(self.start_timeout):
+            try:
+                client = await connect(BusConfig(servers=[self.url], name="ctxbus-server-probe"))
+            except BusUnavailable as exc:
+                raise ServerError(f"{self!r} started, but does not take clients: {exc}") from exc
+            try:
+                while True:
+                    try:
+                        await client.jetstream(timeout=1.0).account_info()
+                        return
+                    except (nats.errors.Error, nats.js.errors.Error) as exc:
+                        last = f"{type(exc).__name__}: {exc}"
+                    await anyio.sleep(0.05)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await close_quietly(client)
+        raise ServerError(f"{self!r} started, but JetStream did not answer within {self.start_timeout:.0f}s ({last})")
 
     # -- internals -----------------------------------------------------------------------
 

@@ -1,9 +1,18 @@
-"""The coordinator daemon and the `ctxbus` command line."""
+"""The coordinator daemon and the `ctxbus` command line.
 
-from bus import GLOBAL_DLQ, METRICS_SUBJECT, STATUS_SUBJECT
-from coordinator._committer import CommitterState, DomainCommitter
-from coordinator._config import CoordinatorConfig
-from coordinator._service import Coordinator
+The names below are imported on first use: the `ctxbus` command line lives in this
+package too, and `ctxbus --version` must not wait for the daemon, NATS and pydantic to
+load.
+"""
+
+import importlib as _importlib
+import typing as _typing
+
+if _typing.TYPE_CHECKING:
+    from bus import GLOBAL_DLQ, METRICS_SUBJECT, STATUS_SUBJECT
+    from coordinator._committer import CommitterState, DomainCommitter
+    from coordinator._config import CoordinatorConfig
+    from coordinator._service import Coordinator
 
 __all__ = [
     "CommitterState",
@@ -14,3 +23,26 @@ __all__ = [
     "METRICS_SUBJECT",
     "STATUS_SUBJECT",
 ]
+
+_HOMES = {
+    "CommitterState": "coordinator._committer",
+    "DomainCommitter": "coordinator._committer",
+    "Coordinator": "coordinator._service",
+    "CoordinatorConfig": "coordinator._config",
+    "GLOBAL_DLQ": "bus",
+    "METRICS_SUBJECT": "bus",
+    "STATUS_SUBJECT": "bus",
+}
+
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_importlib.import_module(home), name)
+    globals()[name] = value  # found directly next time
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -1,22 +1,129 @@
-"""The `ctxbus` application object and its entry point."""
+"""The `ctxbus` application object and its entry point.
+
+Commands load lazily. The root group knows each command's name, panel and one-line
+summary from `COMMANDS`, which is all `ctxbus --help` shows, and imports a command's
+module only when that command runs (or shows its own help). So `ctxbus --version` and
+`ctxbus --help` import typer alone, and every command imports only what it uses: the
+daemon, NATS, pydantic, tiktoken and MCP each cost a good part of a second to import on
+a small machine (`bench/cli.py` measures it).
+"""
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 from collections.abc import Sequence
-from importlib.metadata import version
-from typing import Annotated, TextIO
+from dataclasses import dataclass
+from typing import Annotated, Any, Final, TextIO
 
 import typer
-from rich.markup import escape
+import typer.main
+from typer.core import TyperCommand, TyperGroup
 
-from coordinator.cli._common import errors
-from schemas import CtxbusError
+__all__ = ["COMMANDS", "app", "load_command", "main"]
 
-__all__ = ["app", "main"]
+
+@dataclass(frozen=True)
+class Listed:
+    """What the root's help shows of a command before its module is loaded."""
+
+    module: str
+    """The module under `coordinator.cli` that defines it, in a `typer.Typer` named `commands`."""
+    panel: str
+    """The heading it is listed under."""
+    summary: str
+    """Its help's first paragraph (a test checks that the two agree)."""
+
+
+COMMANDS: Final = {
+    "swarm": Listed("_swarm_cmds", "Start here", "Run a swarm of agents on one task, on an embedded NATS server."),
+    "up": Listed(
+        "_serve_cmds", "Servers", "Start NATS and a coordinator in one foreground process: everything agents need."
+    ),
+    "nats": Listed("_serve_cmds", "Servers", "Run the embedded NATS server (JetStream) in the foreground."),
+    "coordinator": Listed(
+        "_serve_cmds", "Servers", "Run the coordinator daemon against an existing NATS server or cluster."
+    ),
+    "brief": Listed("_brief_cmds", "Shared brief", "Show the shared brief of a task, or propose a change to it."),
+    "log": Listed("_brief_cmds", "Shared brief", "Print the task's transaction log: every commit, in order."),
+    "status": Listed(
+        "_status_cmds", "Watching", "Which coordinators are serving, how busy they are, which agents are on a task."
+    ),
+    "top": Listed(
+        "_status_cmds", "Watching", "A live table of a task's agents: band, U/T, prompt tokens, brief revision, lag."
+    ),
+    "mcp": Listed("_mcp_cmds", "Agents", "Serve an agent's brief and context tools to an MCP client over stdio."),
+    "replay": Listed(
+        "_context_cmds", "Context", "Run recorded sessions through a local context: savings, bands, what was trimmed."
+    ),
+    "inspect": Listed(
+        "_context_cmds", "Context", "Show what an agent's model sees, layer by layer, with token counts."
+    ),
+}
+"""Every command, in the order `ctxbus --help` lists them."""
+
+_loaded: dict[str, TyperGroup] = {}
+"""The commands of each module imported so far, built once."""
+
+
+def load_command(name: str) -> typer.core.TyperCommand | TyperGroup:
+    """Import the module of command `name` and return the command it defines.
+
+    :raises KeyError: if `name` is not in `COMMANDS`.
+    """
+    listed = COMMANDS[name]
+    group = _loaded.get(listed.module)
+    if group is None:
+        module = importlib.import_module(f"{__package__}.{listed.module}")
+        commands = module.commands
+        if not isinstance(commands, typer.Typer):
+            raise TypeError(f"{module.__name__}.commands is not a typer.Typer")
+        group = _loaded[listed.module] = typer.main.get_group(commands)
+    command = group.commands[name]
+    command.rich_help_panel = listed.panel  # type: ignore[attr-defined]  # typer's commands and groups have it
+    return command  # type: ignore[return-value]
+
+
+class _LazyGroup(TyperGroup):
+    """The root group: lists `COMMANDS` without importing them; loads the one that runs.
+
+    Its command table holds a placeholder per command, which is all the root's help
+    (and typer's "did you mean" on a typo) reads; `resolve_command` loads the real
+    command before it runs, and once its module is loaded `get_command` returns it.
+    """
+
+    def __init__(self, **settings: Any) -> None:
+        super().__init__(**settings)
+        self.commands = {
+            name: TyperCommand(name=name, short_help=listed.summary, rich_help_panel=listed.panel)
+            for name, listed in COMMANDS.items()
+        }
+
+    # typer.Context is what typer passes; typer types these with its own click's base class.
+    def get_command(  # type: ignore[override]
+        self, ctx: typer.Context, cmd_name: str
+    ) -> typer.core.TyperCommand | TyperGroup | None:
+        listed = COMMANDS.get(cmd_name)
+        if listed is not None and f"{__package__}.{listed.module}" in sys.modules:
+            return load_command(cmd_name)
+        return self.commands.get(cmd_name)  # type: ignore[return-value]
+
+    def resolve_command(  # type: ignore[override]
+        self, ctx: typer.Context, args: list[str]
+    ) -> tuple[str | None, typer.core.TyperCommand | TyperGroup | None, list[str]]:
+        if args and args[0] in COMMANDS:
+            load_command(args[0])
+        return super().resolve_command(ctx, args)  # type: ignore[return-value]
+
+
+def command_set() -> typer.Typer:
+    """The `typer.Typer` a command module registers its commands on, as `commands`."""
+    return typer.Typer(rich_markup_mode="markdown", add_completion=False)
+
 
 app = typer.Typer(
+    cls=_LazyGroup,
     name="ctxbus",
     help=(
         "Keep a swarm of AI agents inside their context budgets, sharing one task brief over NATS.\n\n"
@@ -33,6 +140,8 @@ app = typer.Typer(
 
 def _show_version(value: bool) -> None:
     if value:
+        from importlib.metadata import version
+
         typer.echo(f"ctxbus {version('ctxbus')}")
         raise typer.Exit()
 
@@ -83,26 +192,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     helps) and exit code 1; usage errors are typer's: a message and exit code 2.
     """
     try:
-        _register_commands()
         app(args=list(argv) if argv is not None else sys.argv[1:], prog_name="ctxbus")
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except CtxbusError as exc:
-        errors.print(f"[red]ctxbus: error:[/] {escape(str(exc))}", soft_wrap=True)  # it may quote user text
-        return 1
     except KeyboardInterrupt:
+        from coordinator.cli._common import errors
+
         errors.print("interrupted")
         return 130
+    except Exception as exc:
+        from schemas import CtxbusError  # imported already by whatever raised one
+
+        if not isinstance(exc, CtxbusError):
+            raise
+        from rich.markup import escape
+
+        from coordinator.cli._common import errors
+
+        errors.print(f"[red]ctxbus: error:[/] {escape(str(exc))}", soft_wrap=True)  # it may quote user text
+        return 1
     return 0
-
-
-def _register_commands() -> None:
-    """Import the command modules; each adds its commands to `app` when imported."""
-    from coordinator.cli import (  # noqa: F401
-        _brief_cmds,
-        _context_cmds,
-        _mcp_cmds,
-        _serve_cmds,
-        _status_cmds,
-        _swarm_cmds,
-    )

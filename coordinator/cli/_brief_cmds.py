@@ -13,9 +13,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from agents.brief import ProposalUnanswered, Proposer
 from bus import BriefLog, TxLog, Verb, close_quietly, commits_of, connect, run_async, subject
-from coordinator.cli._app import app
+from coordinator.cli._app import command_set
 from coordinator.cli._common import (
     DEFAULT_NATS_URL,
     DomainOption,
@@ -41,10 +40,12 @@ from schemas import (
     render_brief,
 )
 
-__all__: list[str] = []
+__all__ = ["commands"]
+
+commands = command_set()
 
 brief_app = typer.Typer(help="Show the shared brief of a task, or propose a change to it.", no_args_is_help=True)
-app.add_typer(brief_app, name="brief", rich_help_panel="Shared brief")
+commands.add_typer(brief_app, name="brief")
 
 # Which field the positional VALUE fills, per operation: the first after `op`.
 _MAIN_FIELD = {tag: next(name for name in model.model_fields if name != "op") for tag, model in AGENT_OPS.items()}
@@ -121,7 +122,7 @@ def propose(
     except ValidationError as exc:  # loc[0] is the op's tag
         problems = describe_validation_error(exc, skip=1, show_input=False)
         raise typer.BadParameter(problems, param_hint="OP/VALUE/options") from None
-    code = run_async(_propose, nats, domain, agent, parsed, key or uuid.uuid4().hex, as_json)
+    code = run_async(_propose, nats, domain, agent, parsed, key, as_json)
     raise typer.Exit(code)
 
 
@@ -129,7 +130,10 @@ _PROPOSE_DEADLINE = 10.0
 """Seconds `brief propose` waits for a coordinator: a person is waiting at the prompt."""
 
 
-async def _propose(urls: str, domain: Domain, agent: str, op: BriefOp, key: str, as_json: bool) -> int:
+async def _propose(urls: str, domain: Domain, agent: str, op: BriefOp, given_key: str | None, as_json: bool) -> int:
+    from agents.brief import ProposalUnanswered, Proposer  # `brief show` and `log` need none of the agent side
+
+    key = given_key or uuid.uuid4().hex
     client = await connect(bus_config(urls))
     try:
         reply = await Proposer(client, domain, agent_id=agent).propose(op, key=key, deadline=_PROPOSE_DEADLINE)
@@ -142,19 +146,26 @@ async def _propose(urls: str, domain: Domain, agent: str, op: BriefOp, key: str,
     if as_json:
         print_json(reply.model_dump(mode="json"))
     elif isinstance(reply, Committed):
-        if reply.duplicate:
-            console.print(
-                f"[green]committed[/] at revision {reply.revision}, earlier, under key {escape(repr(key))}: this retry "
-                "changed nothing (a different change needs a new --key)"
-            )
-        else:
-            console.print(f"[green]committed[/] at revision {reply.revision}")
+        console.print(f"[green]committed[/] at revision {reply.revision}{_duplicate_note(reply, given_key)}")
     else:
         console.print(f"[red]rejected[/] ({reply.code}): {escape(reply.reason)}")  # quotes what agents wrote
     return 0 if isinstance(reply, Committed) else 1
 
 
-@app.command("log", rich_help_panel="Shared brief")
+def _duplicate_note(reply: Committed, given_key: str | None) -> str:
+    """What to add to "committed at revision N" when the coordinator had committed the
+    proposal already: whose retry it was."""
+    if not reply.duplicate:
+        return ""
+    if given_key is None:  # a fresh key: only this command's own attempts can have used it
+        return " (its first answer was lost on the way: asked again, the coordinator said it had committed it, once)"
+    return (
+        f", earlier, under key {escape(repr(given_key))}: your retry changed nothing "
+        "(a different change needs a new --key)"
+    )
+
+
+@commands.command("log")
 def log_command(
     domain: DomainOption,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new commits until Ctrl-C.")] = False,

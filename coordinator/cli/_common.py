@@ -7,17 +7,20 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Final
+from typing import TYPE_CHECKING, Annotated, Final
 
 import platformdirs
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 
-from agents.context import Tokenizer
-from bus import BusConfig
 from coordinator._config import DEFAULT_BRIEF_BUDGET, CoordinatorConfig
 from schemas import Domain, InvalidDomain, describe_validation_error, validate_token
+
+if TYPE_CHECKING:
+    from bus import BusConfig
+
+# What only some commands use is imported where it is used: a command imports only
+# what it needs (`bench/cli.py`).
 
 __all__ = [
     "DEFAULT_NATS_URL",
@@ -112,6 +115,10 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of 
 
 def bus_config(urls: str, *, name: str = "ctxbus-cli") -> BusConfig:
     """A `BusConfig` from a `--nats` value; a bad URL, or none, is a usage error."""
+    from pydantic import ValidationError
+
+    from bus import BusConfig
+
     if not urls.strip():
         raise typer.BadParameter(
             f"no server URL given; start one with `ctxbus up` (it listens on {DEFAULT_NATS_URL})", param_hint="--nats"
@@ -132,6 +139,8 @@ def print_json(value: object) -> None:
 def coordinator_config(coordinator_id: str | None, brief_budget: int = DEFAULT_BRIEF_BUDGET) -> CoordinatorConfig:
     """A coordinator's settings as the commands give them: a brief budget (0: none),
     counted with the agents' tokenizer."""
+    from agents.context import Tokenizer
+
     config = CoordinatorConfig()
     if coordinator_id:
         config = dataclasses.replace(config, coordinator_id=coordinator_id)

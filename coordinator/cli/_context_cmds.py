@@ -13,7 +13,7 @@ from rich.text import Text
 
 from agents.context import Tokenizer
 from agents.runtime import ReplayReport, inspect_store, replay_transcript
-from coordinator.cli._app import app
+from coordinator.cli._app import command_set
 from coordinator.cli._common import (
     DomainOption,
     JsonOption,
@@ -23,10 +23,12 @@ from coordinator.cli._common import (
     print_json,
 )
 
-__all__: list[str] = []
+__all__ = ["commands"]
+
+commands = command_set()
 
 
-@app.command(rich_help_panel="Context")
+@commands.command()
 def replay(
     files: Annotated[
         list[Path],
@@ -75,7 +77,7 @@ def replay(
     console.print(table)
 
 
-@app.command(rich_help_panel="Context")
+@commands.command()
 def inspect(
     agent: Annotated[str, typer.Argument(callback=parse_agent_name, help="The agent's id.")],
     domain: DomainOption,

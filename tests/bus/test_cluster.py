@@ -9,7 +9,9 @@ import uuid
 from collections.abc import Awaitable, Callable
 
 import anyio
+import nats.errors
 import nats.js.errors
+import pytest
 
 from bus import (
     BRIEF_BUCKET,
@@ -18,6 +20,7 @@ from bus import (
     TX_STREAM,
     BusConfig,
     BusError,
+    BusUnavailable,
     Leases,
     LoopbackCluster,
     TxLog,
@@ -111,6 +114,9 @@ async def test_a_coordinator_creates_the_log_with_its_replicas_and_never_cuts_th
             return (await js.stream_info(stream)).config.num_replicas or 1
         except nats.js.errors.NotFoundError:
             return 0  # not created yet
+        except nats.errors.TimeoutError:  # no leader to answer: a node an earlier test restarted may still be voting
+            await nats_cluster.wait_for_leader(stream)
+            return await copies(stream)
 
     streams = (TX_STREAM, f"KV_{BRIEF_BUCKET}", f"KV_{LEASE_BUCKET}", f"KV_{PRESENCE_BUCKET}")
 
@@ -142,3 +148,10 @@ async def test_a_coordinator_creates_the_log_with_its_replicas_and_never_cuts_th
         assert [await copies(stream) for stream in streams] == [3, 3, 3, 3]
     finally:
         await close_quietly(client)  # its node may have just died
+
+
+async def test_waiting_for_the_leader_of_a_stream_that_does_not_exist_says_so(nats_cluster: LoopbackCluster) -> None:
+    with pytest.raises(
+        BusUnavailable, match=r"no running node of .* leads stream NO_SUCH_STREAM after 1s \(NotFoundError"
+    ):
+        await nats_cluster.wait_for_leader("NO_SUCH_STREAM", timeout=1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -128,15 +129,47 @@ def test_ctrl_c_stops_every_process_keeps_the_data_and_a_new_run_there_is_refuse
     assert sorted(p.relative_to(data) for p in data.rglob("*")) == kept, "nothing was written there"
 
 
-@pytest.mark.timeout(60)
+def _agent_workers(demo: Command) -> list[int]:
+    """The demo's agent processes now running (its other child is its nats-server)."""
+    return [pid for pid in demo.children() if b"agents.swarm._worker" in _cmdline(pid)]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:  # gone already
+        return b""
+
+
+@pytest.mark.timeout(120)
 def test_a_run_past_its_deadline_is_given_up_and_its_data_kept(tmp_path: Path) -> None:
-    code, out, err = _demo(
-        "-n", "2", "--steps", "40", "--step-delay", "1", "--deadline", "2", "--json", tmp_path=tmp_path
-    )
-    assert code == 1 and out == "", err
-    assert "the swarm did not finish within 2s (--deadline); agent logs are in " in err
+    """The run cannot end before its 5 s deadline (40 steps of 1 s). The demo is frozen
+    (SIGSTOP) as soon as its agents are spawned, and thawed once both have created their
+    stores: its deadline runs on while it is frozen, so it fires after the stores exist
+    however slowly a loaded machine starts the agents, and with them there to be kept
+    (in a temporary data dir, which a clean run removes)."""
+    args = ("-n", "2", "--steps", "40", "--step-delay", "1", "--deadline", "5", "--json")
+
+    def stores() -> list[str]:  # in the run's temp dir, made under TMPDIR (tmp_path)
+        return sorted(p.name for p in tmp_path.glob("ctxbus-swarm-*/agents/*.db"))
+
+    with Command("swarm", "demo", *args, env=_env(tmp_path)) as demo:
+        deadline = time.monotonic() + READ_TIMEOUT
+        while len(_agent_workers(demo)) < 2 and demo.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(demo.proc.pid, signal.SIGSTOP)
+        try:
+            while stores() != ["agent-1.db", "agent-2.db"] and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            os.kill(demo.proc.pid, signal.SIGCONT)
+        assert stores() == ["agent-1.db", "agent-2.db"], f"the agents made no stores; stderr:\n{demo.stderr}"
+        out, err = demo.finish()
+    assert demo.proc.returncode == 1 and out == "", err
+    assert "the swarm did not finish within 5s (--deadline); agent logs are in " in err
     logs = Path(err.rsplit("agent logs are in ", 1)[1].split()[0])
     assert sorted(p.name for p in logs.glob("*.db")) == ["agent-1.db", "agent-2.db"]
+    assert sorted(p.name for p in logs.glob("*.log")) == ["agent-1.log", "agent-2.log"]
 
 
 CONFIG = SwarmConfig(nats_url="nats://127.0.0.1:1", domain=Domain.parse("t/s/swarm"), data_dir=Path("/nowhere"))
