@@ -6,6 +6,7 @@ subclasses here, so callers never catch `nats.*`.
 
 from nats.aio.client import Client as NatsClient
 
+from bus._auth import AuthStore, Credentials, CredentialsError, Role
 from bus._brief_log import BriefLog, BriefState, batch_msg_id, commits_of
 from bus._cluster import LoopbackCluster
 from bus._connection import DEFAULT_CONNECT_DEADLINE, BusConfig, TlsConfig, close_quietly, connect
@@ -16,10 +17,12 @@ from bus._errors import (
     CasConflict,
     LeaseHeld,
     LogTruncated,
+    NotAuthorized,
     ServerError,
     StreamMissing,
 )
 from bus._event_loop import NO_UVLOOP_ENV, STOP_SIGNALS, anyio_backend, event_loop_name, run_async, uses_uvloop
+from bus._keys import KeyInvalid, Signer, Verifier
 from bus._kv import Bucket, BucketConfig, KvEntry
 from bus._leases import Lease, LeaseConfig, Leases
 from bus._lifecycle import ProcessGroup
@@ -50,6 +53,14 @@ from bus._txlog import LogEntry, TxLog, TxLogConfig
 
 __all__ = [
     "AppendExpired",
+    "AuthStore",
+    "Credentials",
+    "CredentialsError",
+    "KeyInvalid",
+    "NotAuthorized",
+    "Role",
+    "Signer",
+    "Verifier",
     "STOP_SIGNALS",
     "BRIEF_BUCKET",
     "BriefLog",

@@ -12,6 +12,7 @@ import anyio
 import nats.errors
 import nats.js.errors
 
+from bus._auth import AuthStore
 from bus._connection import BusConfig, close_quietly, connect
 from bus._errors import BusUnavailable, ServerError
 from bus._lifecycle import ProcessGroup
@@ -50,6 +51,7 @@ class LoopbackCluster(ProcessGroup):
         port: int = 0,
         sync_interval: str = DEFAULT_SYNC_INTERVAL,
         start_timeout: float = DEFAULT_START_TIMEOUT,
+        auth: AuthStore | None = None,
     ) -> None:
         if size < 1:
             raise UsageError(f"a cluster needs at least one node, got size={size}")
@@ -67,6 +69,7 @@ class LoopbackCluster(ProcessGroup):
                 server_name=f"n{i + 1}",
                 sync_interval=sync_interval,
                 start_timeout=start_timeout,
+                auth=auth,
                 _cluster=ClusterRoutes(
                     name=name,
                     port=route_ports[i],
@@ -108,6 +111,11 @@ class LoopbackCluster(ProcessGroup):
             self.stop()
             raise
         return self
+
+    def reload(self) -> None:
+        """`EmbeddedServer.reload` on every running node (the auth store as it is now)."""
+        for node in self.running:
+            node.reload()
 
     def stop(self) -> None:
         """Stop every node; remove the temporary base dir if we made it."""

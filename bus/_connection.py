@@ -19,7 +19,8 @@ import nats
 from nats.aio.client import Client
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from bus._errors import BusUnavailable
+from bus._auth import Credentials
+from bus._errors import BusUnavailable, NotAuthorized
 
 __all__ = ["BusConfig", "TlsConfig", "connect", "close_quietly", "DEFAULT_CLOSE_DEADLINE", "DEFAULT_CONNECT_DEADLINE"]
 
@@ -82,6 +83,9 @@ class BusConfig(BaseModel):
     """A `.creds` file (JWT + nkey seed) for decentralized auth."""
     nkey_seed_file: Path | None = None
     """An nkey seed file for nkey auth."""
+    credentials: Credentials | None = None
+    """A ctxbus principal (`ctxbus auth add-agent` and friends write them): its nkey, and
+    the inbox prefix the server lets it receive on."""
     tls: TlsConfig | None = None
     """TLS settings (CA, client certificate). nats-py upgrades to TLS when the server
     says it requires TLS, whatever the URL's scheme: a `tls://` URL alone does not refuse
@@ -128,6 +132,7 @@ class BusConfig(BaseModel):
                 ("user", self.user),
                 ("creds_file", self.creds_file),
                 ("nkey_seed_file", self.nkey_seed_file),
+                ("credentials", self.credentials),
             )
             if value is not None
         ]
@@ -168,6 +173,9 @@ async def connect(config: BusConfig, *, deadline: float | None = DEFAULT_CONNECT
         "user_credentials": str(config.creds_file) if config.creds_file else None,
         "nkeys_seed": str(config.nkey_seed_file) if config.nkey_seed_file else None,
     }
+    if config.credentials is not None:
+        options["nkeys_seed_str"] = config.credentials.seed
+        options["inbox_prefix"] = config.credentials.inbox_prefix
     if config.tls is not None:
         options["tls"] = config.tls.context()
         options["tls_hostname"] = config.tls.hostname
@@ -180,6 +188,17 @@ async def connect(config: BusConfig, *, deadline: float | None = DEFAULT_CONNECT
             await close_quietly(client)
         where = ", ".join(config.servers)
         reason = events.last_error or exc
+        if events.refused:
+            who = (
+                f"as {config.credentials.role} {config.credentials.name} of tenant {config.credentials.tenant}"
+                if config.credentials is not None
+                else "without credentials"
+            )
+            raise NotAuthorized(
+                f"{where} refused the connection {who}: it admits only the principals of its auth directory. "
+                "Connect with the credentials `ctxbus auth add-agent` (or add-operator) wrote: "
+                "`ctxbus --credentials FILE ...`, CTXBUS_CREDENTIALS=FILE, or BusConfig(credentials=...)"
+            ) from exc
         raise BusUnavailable(
             f"could not connect to {where} within {deadline}s ({reason}); "
             "is the server running? `ctxbus up` starts a local one"
@@ -245,12 +264,16 @@ class _EventLog:
         self.client = client
         self.connected = False
         self.last_error: str | None = None
+        self.refused = False
+        """Whether the server said no to who we are (an authorization violation): later
+        errors (the connection it then closes) must not hide that."""
         self._reported_while_away: set[str] = set()
         """The kinds of error already logged during this outage."""
 
     async def on_error(self, exc: Exception) -> None:
         message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         self.last_error = message
+        self.refused = self.refused or "authorization violation" in message.lower()
         away = not self.client.is_connected
         repeat = away and type(exc).__name__ in self._reported_while_away
         level = logging.DEBUG if repeat or not self.connected else logging.WARNING

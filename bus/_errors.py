@@ -3,6 +3,7 @@
 CtxbusError
 └── BusError                 talking to NATS failed
     ├── ServerError          the embedded nats-server is missing or would not start
+    ├── NotAuthorized        the server refused who we connected as (or that we gave no one)
     ├── BusUnavailable       no server answered in time (down, restarting, unreachable)
     │   └── StreamMissing    no stream answered a read: not created yet, or lost with a store
     ├── CasConflict          a compare-and-set found another last sequence
@@ -18,6 +19,7 @@ from schemas import CtxbusError
 __all__ = [
     "BusError",
     "ServerError",
+    "NotAuthorized",
     "BusUnavailable",
     "StreamMissing",
     "CasConflict",
@@ -33,6 +35,11 @@ class BusError(CtxbusError):
 
 class ServerError(BusError):
     """Raised when the embedded nats-server cannot be found, started or stopped."""
+
+
+class NotAuthorized(BusError):
+    """Raised when the server refuses the connection's credentials, or the lack of them:
+    a server started with auth (`ctxbus up --auth`) admits only its principals."""
 
 
 class BusUnavailable(BusError):

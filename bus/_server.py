@@ -10,7 +10,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.metadata
+import ipaddress
 import logging
+import secrets
 import shutil
 import signal
 import socket
@@ -27,6 +29,7 @@ import anyio.to_thread
 import nats.errors
 import nats.js.errors
 
+from bus._auth import PROBE_USER, AuthStore
 from bus._connection import BusConfig, close_quietly, connect
 from bus._errors import BusUnavailable, ServerError
 from bus._lifecycle import ProcessGroup
@@ -116,10 +119,21 @@ class EmbeddedServer(ProcessGroup):
         server_name: str | None = None,
         binary: Path | None = None,
         start_timeout: float = DEFAULT_START_TIMEOUT,
+        auth: AuthStore | Path | str | None = None,
         _cluster: ClusterRoutes | None = None,
     ) -> None:
         if not 0 <= port <= 65535:
             raise ServerError(f"port must be between 0 and 65535, got {port}")
+        self.auth = AuthStore(auth) if isinstance(auth, (Path, str)) else auth
+        self._probe_password = secrets.token_urlsafe(24)
+        """The tenants and principals the server admits (`ctxbus auth`); None: anyone
+        who can reach it, which is why it then listens on loopback only."""
+        if self.auth is None and not _is_loopback(host):
+            raise ServerError(
+                f"refusing to listen on {host} without auth: anyone who can reach it could forge the brief. "
+                "Set up tenants and roles with `ctxbus auth init` (docs/operations.md, "
+                '"Authentication and tenants") and start the server with them, or listen on 127.0.0.1'
+            )
         self._data_dir = Path(data_dir).resolve() if data_dir is not None else None
         self._owns_data_dir = data_dir is None
         self.host = host
@@ -201,6 +215,18 @@ class EmbeddedServer(ProcessGroup):
             self.kill()
             raise
         return self
+
+    def reload(self) -> None:
+        """Write the config again (the auth store's principals as they are now) and have
+        the running server load it (SIGHUP): agents added with `ctxbus auth` since the
+        start are admitted, without dropping anyone connected.
+
+        :raises ServerError: if the server is not running.
+        """
+        if not self.running or self._process is None:
+            raise ServerError(f"{self!r} is not running: nothing to reload")
+        self.config_path.write_text(self._render_config())
+        self._process.send_signal(signal.SIGHUP)
 
     def launch(self) -> int:
         """Spawn the process without waiting; returns the log offset for `wait_ready`.
@@ -345,7 +371,10 @@ class EmbeddedServer(ProcessGroup):
         last = "no answer yet"
         with anyio.move_on_after(self.start_timeout):
             try:
-                client = await connect(BusConfig(servers=[self.url], name="ctxbus-server-probe"))
+                config = BusConfig(servers=[self.url], name="ctxbus-server-probe")
+                if self.auth is not None:
+                    config = config.model_copy(update={"user": PROBE_USER, "password": self._probe_password})
+                client = await connect(config)
             except BusUnavailable as exc:
                 raise ServerError(f"{self!r} started, but does not take clients: {exc}") from exc
             try:
@@ -393,6 +422,8 @@ class EmbeddedServer(ProcessGroup):
             lines.append(f'server_name: "{self.server_name}"')
         if self.max_payload:
             lines.append(f"max_payload: {self.max_payload}")
+        if self.auth is not None:
+            lines.append(self.auth.server_config(probe_password=self._probe_password))
         if self._cluster is not None:
             routes = ", ".join(f'"nats-route://{self.host}:{p}"' for p in self._cluster.peers)
             lines.append(
@@ -400,6 +431,13 @@ class EmbeddedServer(ProcessGroup):
                 f'  listen: "{self.host}:{self._cluster.port}"\n  routes: [{routes}]\n}}'
             )
         return "\n".join(lines) + "\n"
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def _parse_port(text: str) -> int:

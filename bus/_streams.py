@@ -87,7 +87,7 @@ async def ensure_stream(js: JetStreamContext, config: api.StreamConfig) -> None:
     assert config.name is not None, "a stream config names its stream"
     action = "create"
     try:
-        existing = await _copies(js, config.name)
+        existing = await _existing(js, config.name)
         if existing is None:
             try:
                 await js.add_stream(config)
@@ -95,11 +95,15 @@ async def ensure_stream(js: JetStreamContext, config: api.StreamConfig) -> None:
             except nats.js.errors.BadRequestError as exc:
                 if exc.err_code != STREAM_NAME_IN_USE:
                     raise
-                existing = await _copies(js, config.name) or 1  # another process made it meanwhile
+                existing = await _existing(js, config.name)  # another process made it meanwhile
+                if existing is None:
+                    raise BusUnavailable(f"stream {config.name!r} was made and is gone again") from exc
         wanted = config.num_replicas or 1
-        if existing > wanted:
-            config = dataclasses.replace(config, num_replicas=existing)
-        action = f"raise to {wanted} copies the existing" if wanted > existing else "update the existing"
+        if existing.num_replicas > wanted:
+            config = dataclasses.replace(config, num_replicas=existing.num_replicas)
+        if _has_settings(existing.config, config):
+            return  # nothing to change: no update (which agents are not allowed to make)
+        action = f"raise to {wanted} copies the existing" if wanted > existing.num_replicas else "update the existing"
         await js.update_stream(config)
     except nats.js.errors.APIError as exc:
         raise BusError(f"cannot {action} stream {config.name!r}: {_refusal(exc)}") from exc
@@ -109,12 +113,39 @@ async def ensure_stream(js: JetStreamContext, config: api.StreamConfig) -> None:
         raise BusError(f"cannot {action} stream {config.name!r}: {exc!r}") from exc
 
 
-async def _copies(js: JetStreamContext, name: str) -> int | None:
-    """How many copies the stream `name` keeps; None if there is no such stream."""
+@dataclasses.dataclass(frozen=True)
+class _Existing:
+    config: api.StreamConfig
+    num_replicas: int
+
+
+async def _existing(js: JetStreamContext, name: str) -> _Existing | None:
+    """The config of the stream `name` and how many copies it keeps; None if there is none."""
     try:
-        return (await js.stream_info(name)).config.num_replicas or 1
+        config = (await js.stream_info(name)).config
     except nats.js.errors.NotFoundError:
         return None
+    return _Existing(config, config.num_replicas or 1)
+
+
+def _has_settings(existing: api.StreamConfig, wanted: api.StreamConfig) -> bool:
+    """Whether `existing` already has every setting `wanted` gives: those left at the
+    config's defaults (None, or 0 for a duplicate window: the server's own) aside."""
+    for field in dataclasses.fields(wanted):
+        value = getattr(wanted, field.name)
+        if value is None or value == field.default:
+            continue
+        have = getattr(existing, field.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            if have is None or any(
+                v is not None and getattr(have, f.name) != v
+                for f in dataclasses.fields(value)
+                if (v := getattr(value, f.name)) is not None
+            ):
+                return False
+        elif have != value:
+            return False
+    return True
 
 
 def _refusal(exc: nats.js.errors.APIError) -> str:

@@ -12,6 +12,7 @@ from agents.swarm._config import (
     DEFAULT_STEP_DELAY,
     DEFAULT_STEPS,
     MAX_AGENTS,
+    RUNNER_CREDENTIALS,
     STEP_MARGIN,
     InvalidSwarmConfig,
     SwarmConfig,
@@ -21,7 +22,7 @@ from agents.swarm._config import (
 )
 from agents.swarm._report import AgentReport, LogState, SwarmRefusal, SwarmReport, UnreportedAgent
 from agents.swarm._runner import AgentStatus, SwarmRunner
-from agents.swarm._scenario import GOAL, REJECTED_OPTION
+from agents.swarm._scenario import GOAL, REJECTED_OPTION, agent_name
 from schemas import AgentResult, Channel2Cycle, Note, Progress, Refusal, Tally
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "GOAL",
     "MAX_AGENTS",
     "REJECTED_OPTION",
+    "RUNNER_CREDENTIALS",
     "STEP_MARGIN",
     "AgentReport",
     "AgentResult",
@@ -48,6 +50,7 @@ __all__ = [
     "SwarmReport",
     "SwarmRunner",
     "Tally",
+    "agent_name",
     "UnreportedAgent",
     "check_settings",
     "default_deadline",

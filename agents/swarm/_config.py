@@ -16,6 +16,7 @@ __all__ = [
     "DEFAULT_STEPS",
     "DEFAULT_STEP_DELAY",
     "MAX_AGENTS",
+    "RUNNER_CREDENTIALS",
     "STEP_MARGIN",
     "InvalidSwarmConfig",
     "SwarmConfig",
@@ -31,6 +32,8 @@ DEFAULT_STEPS: Final = 75
 """Enough for two Channel 2 cycles per agent."""
 DEFAULT_STEP_DELAY: Final = 0.25
 """Seconds the scripted model 'thinks' per step: keeps the live view watchable."""
+RUNNER_CREDENTIALS: Final = "swarm-runner"
+"""The runner's principal on a server with auth: an operator, which reads the log."""
 DEADLINE_FLOOR: Final = 120.0
 """Seconds a run may take besides its steps: starting the agents, the restart, waiting
 for another agent's commit (up to 20 s) and for the reports (up to 30 s)."""
@@ -97,6 +100,13 @@ class SwarmConfig:
     """Steps the victim completes before its SIGKILL; 40% of `steps` by default."""
     deadline: float | None = None
     """Seconds before the run is given up; `default_deadline` of the steps by default."""
+    credentials_dir: Path | None = None
+    """On a server with auth: where each agent's credentials are (`<agent>.json`), and
+    the runner's own (`RUNNER_CREDENTIALS`, an operator's); None without auth."""
+
+    def credentials(self, principal: str) -> Path | None:
+        """The credentials file of an agent (or of the runner), if the server checks them."""
+        return None if self.credentials_dir is None else self.credentials_dir / f"{principal}.json"
 
     def __post_init__(self) -> None:
         check_settings(

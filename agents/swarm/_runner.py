@@ -27,10 +27,10 @@ from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 from pydantic import ValidationError
 
-from agents.swarm._config import SwarmConfig, SwarmError
+from agents.swarm._config import RUNNER_CREDENTIALS, SwarmConfig, SwarmError
 from agents.swarm._report import LogState, SwarmReport
 from agents.swarm._scenario import agent_name
-from bus import BriefLog, BriefState, BusConfig, close_quietly, connect
+from bus import BriefLog, BriefState, BusConfig, Credentials, close_quietly, connect
 from schemas import AgentResult, EventAdapter, Finished, Note, Progress, ReportRequest, TaskBrief, brief_hash
 
 __all__ = ["AgentStatus", "SwarmRunner"]
@@ -136,7 +136,7 @@ class SwarmRunner:
         """
         for status in self.agents:
             await status.finished.wait()
-        client = await connect(BusConfig(servers=[self.config.nats_url], name="swarm-runner"))
+        client = await connect(self._bus_config(RUNNER_CREDENTIALS, name="swarm-runner"))
         try:
             log = BriefLog(client)
             joined = await log.load(self.config.domain)
@@ -151,6 +151,11 @@ class SwarmRunner:
         return LogState(
             revision=joined.brief.revision, hash=brief_hash(joined.brief), replay_hash=brief_hash(replayed.brief)
         )
+
+    def _bus_config(self, principal: str, *, name: str) -> BusConfig:
+        path = self.config.credentials(principal)
+        credentials = None if path is None else Credentials.load(path)
+        return BusConfig(servers=[self.config.nats_url], name=name, credentials=credentials)
 
     def _agent_errors(self) -> list[str]:
         """The ERROR lines of every agent's log, named by agent (both lives of the victim)."""
@@ -222,6 +227,7 @@ class SwarmRunner:
             "--index", str(index), "--agents", str(c.agents),
             "--steps", str(c.steps), "--step-delay", str(c.step_delay),
             "--store", str(self._agents_dir / f"{status.name}.db"),
+            *(("--credentials", str(path)) if (path := c.credentials(status.name)) else ()),
         ]  # fmt: skip
 
     def _log_path(self, status: AgentStatus) -> Path:

@@ -24,7 +24,7 @@ from agents.runtime import Agent, AgentConfig
 from agents.swarm._constraints import missing_from_brief, missing_from_pinned
 from agents.swarm._model import ScriptedModel
 from agents.swarm._scenario import CONSTRAINTS, agent_name, step, user_constraints
-from bus import BusConfig, Leases, close_quietly, connect, run_async
+from bus import BusConfig, Credentials, Leases, close_quietly, connect, run_async
 from schemas import (
     AgentResult,
     Channel2Cycle,
@@ -68,6 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", required=True, type=int)
     parser.add_argument("--step-delay", type=float, default=0.0, help="seconds the 'model' thinks per step")
     parser.add_argument("--store", required=True, type=Path, help="the agent's SQLite file")
+    parser.add_argument("--credentials", type=Path, help="the agent's credentials, on a server with auth")
     return parser
 
 
@@ -78,7 +79,8 @@ def _emit(event: Event) -> None:
 
 async def _run(args: argparse.Namespace) -> int:
     name = agent_name(args.index)
-    client = await connect(BusConfig(servers=[args.nats], name=name))
+    credentials = Credentials.load(args.credentials) if args.credentials else None
+    client = await connect(BusConfig(servers=[args.nats], name=name, credentials=credentials))
     config = AgentConfig(
         agent_id=name,
         domain=args.domain,

@@ -53,6 +53,9 @@ COMMANDS: Final = {
     "top": Listed(
         "_status_cmds", "Watching", "A live table of a task's agents: band, U/T, prompt tokens, brief revision, lag."
     ),
+    "auth": Listed(
+        "_auth_cmds", "Servers", "Tenants and roles: write the NATS config and each principal's credentials."
+    ),
     "mcp": Listed("_mcp_cmds", "Agents", "Serve an agent's brief and context tools to an MCP client over stdio."),
     "replay": Listed(
         "_context_cmds", "Context", "Run recorded sessions through a local context: savings, bands, what was trimmed."
@@ -152,7 +155,21 @@ def _root(
     _version: Annotated[
         bool, typer.Option("--version", callback=_show_version, is_eager=True, help="Print the version and exit.")
     ] = False,
+    credentials: Annotated[
+        str | None,
+        typer.Option(
+            "--credentials",
+            envvar="CTXBUS_CREDENTIALS",
+            metavar="FILE",
+            help="Connect as this principal (a file `ctxbus auth` wrote); needed on a server with auth.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
+    if credentials:
+        import os
+
+        os.environ["CTXBUS_CREDENTIALS"] = credentials  # read where a command connects, and by its children
     handler = _StderrNow()
     handler.setFormatter(_WithExtras("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)], handlers=[handler])

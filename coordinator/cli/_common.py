@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 # what it needs (`bench/cli.py`).
 
 __all__ = [
+    "CREDENTIALS_ENV",
     "DEFAULT_NATS_URL",
     "NatsOption",
     "DomainOption",
@@ -113,8 +114,14 @@ DomainOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
+CREDENTIALS_ENV: Final = "CTXBUS_CREDENTIALS"
+"""Where `ctxbus --credentials FILE` (or the caller) puts the credentials every command,
+and every process a command starts, connects with."""
+
+
 def bus_config(urls: str, *, name: str = "ctxbus-cli") -> BusConfig:
-    """A `BusConfig` from a `--nats` value; a bad URL, or none, is a usage error."""
+    """A `BusConfig` from a `--nats` value and the credentials of `--credentials` (or
+    `$CTXBUS_CREDENTIALS`); a bad URL, or none, is a usage error."""
     from pydantic import ValidationError
 
     from bus import BusConfig
@@ -124,11 +131,17 @@ def bus_config(urls: str, *, name: str = "ctxbus-cli") -> BusConfig:
             f"no server URL given; start one with `ctxbus up` (it listens on {DEFAULT_NATS_URL})", param_hint="--nats"
         )
     try:
-        return BusConfig.from_urls(urls, name=name)
+        config = BusConfig.from_urls(urls, name=name)
     except ValidationError as exc:
         # The messages quote the bad URL; the field (`servers`) means nothing to a user.
         message = describe_validation_error(exc, skip=1, show_input=False)
         raise typer.BadParameter(message, param_hint="--nats") from None
+    credentials = os.environ.get(CREDENTIALS_ENV)
+    if credentials:
+        from bus import Credentials
+
+        config = config.model_copy(update={"credentials": Credentials.load(credentials)})
+    return config
 
 
 def print_json(value: object) -> None:

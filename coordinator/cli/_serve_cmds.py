@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Final, NoReturn
 
@@ -14,7 +15,9 @@ from rich.markup import escape
 
 from bus import (
     DEFAULT_SYNC_INTERVAL,
+    AuthStore,
     BusConfig,
+    CredentialsError,
     EmbeddedServer,
     LoopbackCluster,
     ServerError,
@@ -30,6 +33,7 @@ from coordinator._config import (  # not exported by `coordinator` yet
     MAX_REPLICAS,
 )
 from coordinator.cli._app import command_set
+from coordinator.cli._auth_cmds import TENANT_COORDINATOR
 from coordinator.cli._common import (
     DEFAULT_NATS_URL,
     NatsOption,
@@ -87,6 +91,19 @@ BudgetOption = Annotated[
     ),
 ]
 _REPLICAS_HELP = "Copies of the log, snapshots and agent buckets it creates: 3 on a 3-node cluster."
+AuthOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--auth",
+        metavar="DIR",
+        help="Admit only the principals of this auth directory (`ctxbus auth init`), each with its "
+        "role's permissions; without it the server takes anyone and listens on 127.0.0.1 only.",
+        show_default=False,
+        file_okay=False,
+    ),
+]
+_AUTH_WATCH_INTERVAL: Final = 2.0
+"""Seconds between looks at whether the auth directory changed (a principal added)."""
 
 
 @commands.command()
@@ -96,6 +113,7 @@ def nats(
     data_dir: DataDirOption = None,
     sync_interval: SyncOption = DEFAULT_SYNC_INTERVAL,
     cluster: ClusterOption = None,
+    auth: AuthOption = None,
 ) -> None:
     """Run the embedded NATS server (JetStream) in the foreground.
 
@@ -108,13 +126,24 @@ def nats(
     process (`--nats URL,URL,URL`), and run coordinators with `--replicas 3`. A node that
     dies stays down and the others serve on; once fewer than a majority run, the command
     stops them and exits 1. For a cluster across machines, see docs/operations.md.
+
+    Without `--auth` it listens on 127.0.0.1 only (anyone who can reach it could forge
+    the brief) and refuses any other `--host`; with `--auth DIR` it admits only the
+    principals `ctxbus auth` wrote there, each tenant in its own account, and picks up
+    principals added while it runs.
     """
     if cluster is not None and host != LOOPBACK:
         raise typer.BadParameter(
             f"a --cluster runs on {LOOPBACK} only; for a cluster across hosts see docs/operations.md",
             param_hint="--host",
         )
-    run_async(_run, _local(host, port, data_dir, sync_interval, cluster), None)
+    if auth is None and not _loopback(host):
+        raise typer.BadParameter(
+            f"refusing to listen on {host} without --auth: anyone who can reach it could forge the brief; "
+            "set up tenants and roles with `ctxbus auth init` (docs/operations.md)",
+            param_hint="--host",
+        )
+    run_async(_run, _local(host, port, data_dir, sync_interval, cluster, auth), None)
 
 
 @commands.command()
@@ -128,6 +157,7 @@ def up(
         int | None,
         typer.Option(min=1, max=MAX_REPLICAS, help=_REPLICAS_HELP, show_default="the --cluster size, else 1"),
     ] = None,
+    auth: AuthOption = None,
 ) -> None:
     """Start NATS and a coordinator in one foreground process: everything agents need.
 
@@ -138,6 +168,12 @@ def up(
     `ctxbus nats --cluster 3`), and the coordinator connects to all three and keeps
     three copies of everything it creates (`--replicas`, the cluster's size by
     default): kill a node, and agents and the coordinator carry on with the other two.
+
+    NATS listens on 127.0.0.1 only, and takes anyone who connects there, unless given
+    `--auth DIR` (`ctxbus auth init`): then it admits only the principals written there,
+    each tenant in an account of its own, and runs one coordinator per tenant, as the
+    tenant's `coordinator` principal. Tenants and agents added while it runs
+    (`ctxbus auth add-tenant`, `add-agent`) are taken in within seconds.
     """
     nodes = cluster or 1
     copies = replicas if replicas is not None else nodes
@@ -147,7 +183,7 @@ def up(
             f"{copies} copies need {copies} nodes, and NATS here has {nodes}: {hint}", param_hint="--replicas"
         )
     config = dataclasses.replace(coordinator_config(None, brief_budget), replicas=copies)
-    run_async(_run, _local(LOOPBACK, port, data_dir, sync_interval, cluster), config)
+    run_async(_run, _local(LOOPBACK, port, data_dir, sync_interval, cluster, auth), config)
 
 
 @commands.command()
@@ -173,11 +209,46 @@ def coordinator(
     run_async(_coordinate, bus_config(nats, name=config.coordinator_id), config)
 
 
-def _local(host: str, port: int, data_dir: Path | None, sync_interval: str, cluster: int | None) -> Local:
+def _local(
+    host: str, port: int, data_dir: Path | None, sync_interval: str, cluster: int | None, auth: Path | None
+) -> Local:
+    store = _auth_store(auth)
     if cluster is not None:
         base = data_dir or default_state_dir() / "nats-cluster"
-        return LoopbackCluster(base, size=cluster, port=port, sync_interval=sync_interval)
-    return EmbeddedServer(data_dir or default_state_dir() / "nats", host=host, port=port, sync_interval=sync_interval)
+        return LoopbackCluster(base, size=cluster, port=port, sync_interval=sync_interval, auth=store)
+    return EmbeddedServer(
+        data_dir or default_state_dir() / "nats", host=host, port=port, sync_interval=sync_interval, auth=store
+    )
+
+
+def _auth_store(directory: Path | None) -> AuthStore | None:
+    """The auth directory given with `--auth`, checked now (a bad one is a usage error)."""
+    if directory is None:
+        return None
+    store = AuthStore(directory)
+    try:
+        tenants = store.tenants()
+    except CredentialsError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--auth") from None
+    if not tenants:
+        raise typer.BadParameter(
+            f"{directory} has no tenant yet: nobody could connect; add one with `ctxbus auth add-tenant NAME`",
+            param_hint="--auth",
+        )
+    return store
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def _auth_of(local: Local) -> AuthStore | None:
+    return local.nodes[0].auth if isinstance(local, LoopbackCluster) else local.auth
 
 
 def _urls(local: Local) -> list[str]:
@@ -205,7 +276,10 @@ async def _run(local: Local, config: CoordinatorConfig | None) -> None:
             await anyio.lowlevel.checkpoint_if_cancelled()  # a signal during the start: not ready
             ready = True
             _announce(local, config)
-            if config is None:
+            store = _auth_of(local)
+            if store is not None:
+                await _serve_tenants(local, store, config)
+            elif config is None:
                 console.print("press Ctrl-C to stop")
                 await _watch(local)
             else:
@@ -234,6 +308,46 @@ def _announce(local: Local, config: CoordinatorConfig | None) -> None:
     console.print(f"data dir: {escape(str(local.base_dir))} (a directory per node)")
     if config is None:
         console.print(f"run coordinators with: ctxbus coordinator --nats {escape(urls)} --replicas {len(local.nodes)}")
+
+
+async def _serve_tenants(local: Local, store: AuthStore, config: CoordinatorConfig | None) -> None:
+    """With auth: reload the server whenever the auth directory changes, and (for `up`)
+    run a coordinator for every tenant, as its `coordinator` principal, one for each
+    tenant added later too."""
+    serving: set[str] = set()
+    registry = store.path / "registry.json"
+    async with anyio.create_task_group() as tg:
+
+        def start_coordinators() -> None:
+            if config is None:
+                return
+            for tenant, principals in store.tenants().items():
+                if tenant in serving or TENANT_COORDINATOR not in principals:
+                    continue
+                serving.add(tenant)
+                bus = BusConfig(
+                    servers=_urls(local),
+                    name=f"{config.coordinator_id}-{tenant}",
+                    credentials=store.credentials(tenant, TENANT_COORDINATOR),
+                )
+                tenant_config = dataclasses.replace(config, coordinator_id=f"{config.coordinator_id}-{tenant}")
+                tg.start_soon(partial(_serve, bus, tenant_config, local, quiet=True))
+                console.print(f"coordinator of tenant [bold]{escape(tenant)}[/] starting")
+
+        start_coordinators()
+        tenants = ", ".join(store.tenants()) or "none yet"
+        console.print(f"auth from {escape(str(store.path))}: tenants {escape(tenants)}; press Ctrl-C to stop")
+        if config is None:
+            tg.start_soon(_watch, local)
+        changed = registry.stat().st_mtime_ns
+        while True:
+            await anyio.sleep(_AUTH_WATCH_INTERVAL)
+            now = registry.stat().st_mtime_ns
+            if now != changed:
+                changed = now
+                await anyio.to_thread.run_sync(local.reload)
+                console.print("auth directory changed: NATS reloaded its principals")
+                start_coordinators()
 
 
 async def _start(local: Local) -> None:
@@ -273,6 +387,7 @@ async def _serve(
     local: Local | None = None,
     *,
     on_ready: Callable[[], object] = lambda: None,
+    quiet: bool = False,
 ) -> None:
     """Serve as a coordinator until cancelled; with `local`, raise if it dies first.
 
@@ -291,7 +406,8 @@ async def _serve(
                     f"coordinator {escape(config.coordinator_id)} serving {escape(', '.join(bus.servers))} "
                     f"(event loop: {event_loop_name()}{copies})"
                 )
-                console.print("press Ctrl-C to stop")
+                if not quiet:
+                    console.print("press Ctrl-C to stop")
                 on_ready()
                 if local is None:
                     await anyio.sleep_forever()

@@ -30,16 +30,19 @@ from agents.swarm import (
     DEFAULT_STEP_DELAY,
     DEFAULT_STEPS,
     MAX_AGENTS,
+    RUNNER_CREDENTIALS,
     STEP_MARGIN,
     InvalidSwarmConfig,
     SwarmConfig,
     SwarmReport,
     SwarmRunner,
+    agent_name,
     check_settings,
 )
-from bus import BusConfig, EmbeddedServer, close_quietly, connect, run_async
+from bus import AuthStore, BusConfig, EmbeddedServer, close_quietly, connect, run_async
 from coordinator import Coordinator, CoordinatorConfig
 from coordinator.cli._app import command_set
+from coordinator.cli._auth_cmds import TENANT_COORDINATOR
 from coordinator.cli._common import console, coordinator_config, errors, print_json
 from coordinator.cli._running import INTERRUPTED, one_error, until_signal
 from schemas import Domain, brief_hash
@@ -96,6 +99,14 @@ def demo(
             "--json", help="No live view; print the report as JSON (data_kept: whether data_dir is still there)."
         ),
     ] = False,
+    auth: Annotated[
+        bool,
+        typer.Option(
+            "--auth",
+            help="Run with tenants and roles enforced by NATS (as `ctxbus up --auth`): the coordinator, "
+            "each agent and the runner connect as principals of their own, with their role's permissions.",
+        ),
+    ] = False,
 ) -> None:
     """Run N agents on one task and prove that ctxbus keeps them lean and in agreement.
 
@@ -135,13 +146,16 @@ def demo(
     root = data_dir or Path(tempfile.mkdtemp(prefix="ctxbus-swarm-"))
     domain = Domain.parse(f"demo/{uuid.uuid4().hex[:8]}/cache-fix")
 
+    store = _demo_principals(root / "auth", domain, agents) if auth else None
+
     def config_for(url: str) -> SwarmConfig:
         return SwarmConfig(
             nats_url=url, domain=domain, data_dir=root,
             agents=agents, steps=steps, step_delay=step_delay, kill_at=kill_at, deadline=deadline,
+            credentials_dir=None if store is None else store.credentials_path(domain.user, "x").parent,
         )  # fmt: skip
 
-    report = run_async(_demo, root, config_for, as_json)
+    report = run_async(_demo, root, config_for, as_json, store)
     if report is None:
         errors.print(f"interrupted: every process stopped; agent stores and logs kept in {escape(str(root))}")
         raise typer.Exit(INTERRUPTED)
@@ -157,22 +171,39 @@ def demo(
     raise typer.Exit(0 if report.ok else 1)
 
 
-async def _demo(root: Path, config_for: Callable[[str], SwarmConfig], quiet: bool) -> SwarmReport | None:
+def _demo_principals(directory: Path, domain: Domain, agents: int) -> AuthStore:
+    """An auth directory for the demo: its tenant (the domain's user) with a
+    coordinator, an agent principal per agent, and the runner as an operator."""
+    from bus import AuthStore, Role
+
+    store = AuthStore.init(directory)
+    store.add_tenant(domain.user)
+    store.add_principal(domain.user, TENANT_COORDINATOR, Role.COORDINATOR)
+    for index in range(agents):
+        store.add_principal(domain.user, agent_name(index), Role.AGENT)
+    store.add_principal(domain.user, RUNNER_CREDENTIALS, Role.OPERATOR)
+    return store
+
+
+async def _demo(
+    root: Path, config_for: Callable[[str], SwarmConfig], quiet: bool, store: AuthStore | None
+) -> SwarmReport | None:
     """Server, coordinator, swarm; None if SIGINT/SIGTERM stopped the run (cancelling
     the run kills the agent processes; the server is stopped even while it starts)."""
     reports: list[SwarmReport] = []
 
     async def body() -> None:
-        server = EmbeddedServer(root / "nats", port=0)
+        server = EmbeddedServer(root / "nats", port=0, auth=store)
         try:
             await anyio.to_thread.run_sync(server.start)
-            client = await connect(BusConfig(servers=[server.url], name="swarm-demo"))
+            config = config_for(server.url)
+            credentials = None if store is None else store.credentials(config.domain.user, TENANT_COORDINATOR)
+            client = await connect(BusConfig(servers=[server.url], name="swarm-demo", credentials=credentials))
             try:
                 with one_error():
                     async with anyio.create_task_group() as tg:
                         coordinator = Coordinator(client, _demo_coordinator_config())
                         await tg.start(coordinator.run)
-                        config = config_for(server.url)
                         report = await _swarm(config, quiet)
                         reports.append(report.failing(*_cache_failures(coordinator, config.domain, report)))
                         tg.cancel_scope.cancel()
