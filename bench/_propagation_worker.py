@@ -1,12 +1,13 @@
 """One agent process of `bench/brief.py`'s propagation figure; not for use on its own.
 
-    python bench/_propagation_worker.py URL DOMAIN ENTRIES
+    python bench/_propagation_worker.py URL DOMAIN ENTRIES [CREDENTIALS]
 
 Measures three things in the same process and prints them as JSON once it has seen
 ENTRIES log entries: raw fan-out (publish time carried in the payload -> received
 here), raw stored fan-out (a JetStream stream's store time -> its republished copy
 received here) and the brief (the log's own store time of an entry -> applied here, on
-the replica's path: `BriefLog.apply_entry` called by `TxLog.tail`). Prints "ready" when
+the replica's path: `BriefLog.apply_trusted` called by `TxLog.tail`; with CREDENTIALS,
+each entry's signature is checked first, as a replica with auth does). Prints "ready" when
 subscribed to the raw subjects; the caller leaves it a moment to start following the log.
 """
 
@@ -25,7 +26,7 @@ from nats.aio.msg import Msg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bus import BriefLog, BusConfig, LogEntry, Verb, connect, run_async, subject  # noqa: E402
+from bus import BriefLog, BusConfig, Credentials, LogEntry, Verb, Verifier, connect, run_async, subject  # noqa: E402
 from schemas import Domain  # noqa: E402
 
 RAW_SUBJECT = "rawb.fan"
@@ -37,8 +38,8 @@ DEADLINE = 300.0
 """Seconds after which the worker reports whatever it has measured."""
 
 
-async def run(url: str, domain: Domain, entries: int) -> None:
-    client = await connect(BusConfig(servers=[url]))
+async def run(url: str, domain: Domain, entries: int, credentials: Credentials | None) -> None:
+    client = await connect(BusConfig(servers=[url], credentials=credentials))
     raw: list[float] = []
     raw_done = anyio.Event()
 
@@ -59,7 +60,8 @@ async def run(url: str, domain: Domain, entries: int) -> None:
         stored_at = datetime.fromisoformat((msg.headers or {})["Nats-Time-Stamp"]).timestamp()
         stored.append(time.time() - stored_at)
 
-    brief_log = BriefLog(client)
+    verifier = Verifier(credentials.trusted_signers) if credentials is not None else None
+    brief_log = BriefLog(client, verifier=verifier)
     applied: dict[int, float] = {}
     applied_all = anyio.Event()
 
@@ -68,7 +70,7 @@ async def run(url: str, domain: Domain, entries: int) -> None:
 
         def on_entry(entry: LogEntry) -> None:
             nonlocal state
-            state = brief_log.apply_entry(state, entry)
+            state = brief_log.apply_trusted(state, entry)
             if entry.time is not None:  # None only if read back, not heard live
                 applied[entry.seq] = time.time() - entry.time.timestamp()
             if len(applied) == entries:
@@ -92,4 +94,5 @@ async def run(url: str, domain: Domain, entries: int) -> None:
 
 
 if __name__ == "__main__":
-    run_async(run, sys.argv[1], Domain.parse(sys.argv[2]), int(sys.argv[3]))
+    credentials = Credentials.load(sys.argv[4]) if len(sys.argv) > 4 else None
+    run_async(run, sys.argv[1], Domain.parse(sys.argv[2]), int(sys.argv[3]), credentials)

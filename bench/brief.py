@@ -1,6 +1,6 @@
 """Shared-brief latency and throughput against raw NATS, in one run on the embedded server.
 
-    python bench/brief.py [--ops 2000] [--seconds 3] [--agents 8]
+    python bench/brief.py [--ops 2000] [--seconds 3] [--agents 8] [--signed]
 
 Coordinators and agents run in their own processes, as in production. Prints
 propose -> committed latency with 1 and 2 coordinators; commit -> applied at all of 8
@@ -14,6 +14,11 @@ stored fan-out is the floor of propagation. Each raw baseline alternates with wh
 is compared to, op by op, so that the drift of a shared machine hits both alike.
 Targets: commit median <= 2.5x publish+ack; propagation median <= 1.5x fan-out;
 >= 2,000 commits/s per domain.
+
+With `--signed`, everything is as with `ctxbus auth`'s keys: coordinators sign every log
+entry and every answer with their tenant's key, proposers check the answers and agents
+the entries (the server itself checks no one here, so the figures are signing's cost
+alone); compare a run with and a run without.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import json
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -38,7 +44,20 @@ from _propagation_worker import RAW_DONE, RAW_SUBJECT, STORED_LIVE, STORED_SUBJE
 from _stats import ratio, summary  # noqa: E402
 
 from agents.brief import Proposer  # noqa: E402
-from bus import BriefLog, BriefState, BusConfig, EmbeddedServer, NatsClient, connect, run_async  # noqa: E402
+from bus import (  # noqa: E402
+    AuthStore,
+    BriefLog,
+    BriefState,
+    BusConfig,
+    Credentials,
+    EmbeddedServer,
+    NatsClient,
+    Role,
+    Signer,
+    Verifier,
+    connect,
+    run_async,
+)
 from schemas import AddNote, AddPending, BriefOp, Commit, Committed, Complete, Domain, Proposal, apply  # noqa: E402
 
 FANOUT = 8
@@ -49,6 +68,21 @@ _PACE = 0.004
 
 def _domain() -> Domain:
     return Domain.parse(f"bench/s/{uuid.uuid4().hex[:10]}")
+
+
+class _Keys:
+    """With `--signed`: the tenant's coordinator and agent credentials, in a temp dir."""
+
+    def __init__(self, directory: Path) -> None:
+        store = AuthStore.init(directory)
+        store.add_tenant("bench")
+        self.coordinator = store.add_principal("bench", "coordinator", Role.COORDINATOR)
+        self.agent = store.add_principal("bench", "bench", Role.AGENT)
+        creds = Credentials.load(self.agent)
+        self.verifier = Verifier(creds.trusted_signers)
+        seed = Credentials.load(self.coordinator).signing_seed
+        assert seed is not None
+        self.signer = Signer(seed)
 
 
 class _RawPublisher:
@@ -69,7 +103,7 @@ class _RawPublisher:
 
 
 async def _propagation(
-    client: NatsClient, url: str, ops: int, agents: int
+    client: NatsClient, url: str, ops: int, agents: int, keys: _Keys | None
 ) -> tuple[list[float], list[float], list[float]]:
     """Raw fan-out, raw stored fan-out and commit -> applied, to the same `agents` processes.
 
@@ -82,7 +116,14 @@ async def _propagation(
     domain = _domain()
     workers = [
         subprocess.Popen(
-            [sys.executable, str(ROOT / "bench" / "_propagation_worker.py"), url, str(domain), str(ops)],
+            [
+                sys.executable,
+                str(ROOT / "bench" / "_propagation_worker.py"),
+                url,
+                str(domain),
+                str(ops),
+                *([str(keys.agent)] if keys else []),
+            ],  # fmt: skip
             stdout=subprocess.PIPE,
         )
         for _ in range(agents)
@@ -92,7 +133,7 @@ async def _propagation(
             assert worker.stdout is not None
             worker.stdout.readline()  # "ready"
         await anyio.sleep(1.0)  # each worker is following the log by now
-        await _send_paced(client, domain, ops)
+        await _send_paced(client, domain, ops, None if keys is None else keys.signer)
         reports = []
         for worker in workers:
             out, _ = await anyio.to_thread.run_sync(worker.communicate)
@@ -111,13 +152,13 @@ async def _propagation(
     return fan, stored, prop
 
 
-async def _send_paced(client: NatsClient, domain: Domain, ops: int) -> None:
+async def _send_paced(client: NatsClient, domain: Domain, ops: int, signer: Signer | None) -> None:
     """`ops` rounds, one every `_PACE`: a raw message, a stored one, a commit."""
     padding = b"x" * 292
     js = client.jetstream()
     republish = RePublish(src=STORED_SUBJECT, dest=STORED_LIVE)
     await js.add_stream(StreamConfig(name="RAWS", subjects=[STORED_SUBJECT], republish=republish))
-    log = BriefLog(client)
+    log = BriefLog(client, signer=signer)
     state = await log.load(domain)
     for i in range(ops):
         await client.publish(RAW_SUBJECT, struct.pack("d", time.time()) + padding)
@@ -212,14 +253,14 @@ async def _commit_floor(client: NatsClient, url: str, raw: _RawPublisher, ops: i
     return requested, published
 
 
-async def _throughput(client: NatsClient, seconds: float, proposers: int = 32) -> float:
+async def _throughput(client: NatsClient, seconds: float, verifier: Verifier | None, proposers: int = 32) -> float:
     """Commits per second on one domain, with `proposers` proposing at once."""
     busy = _domain()
     committed = 0
 
     async def hammer(agent: str) -> None:
         nonlocal committed
-        worker = _Worker(Proposer(client, busy, agent_id=agent))
+        worker = _Worker(Proposer(client, busy, agent_id=agent, verifier=verifier))
         while True:
             await worker.step()
             committed += 1
@@ -235,10 +276,11 @@ async def _throughput(client: NatsClient, seconds: float, proposers: int = 32) -
     return rate
 
 
-def _start_coordinator(url: str, index: int) -> subprocess.Popen[bytes]:
+def _start_coordinator(url: str, index: int, keys: _Keys | None) -> subprocess.Popen[bytes]:
     """A coordinator in its own process, as in production; returns once it serves."""
+    signing = ["--credentials", str(keys.coordinator)] if keys else []
     proc = subprocess.Popen(
-        [sys.executable, "-m", "coordinator.cli", "coordinator", "--nats", url, "--id", f"bench-c{index}"],
+        [sys.executable, "-m", "coordinator.cli", *signing, "coordinator", "--nats", url, "--id", f"bench-c{index}"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -248,22 +290,29 @@ def _start_coordinator(url: str, index: int) -> subprocess.Popen[bytes]:
     return proc
 
 
-async def run(ops: int, seconds: float, agents: int) -> None:
+async def run(ops: int, seconds: float, agents: int, signed: bool) -> None:
+    with tempfile.TemporaryDirectory() as temp:
+        await _run(ops, seconds, agents, _Keys(Path(temp) / "auth") if signed else None)
+
+
+async def _run(ops: int, seconds: float, agents: int, keys: _Keys | None) -> None:
+    verifier = None if keys is None else keys.verifier
     async with EmbeddedServer() as server:
         url = server.url
-        print(f"nats-server at {url} (sync_interval: {server.sync_interval}); {ops} ops per latency figure")
+        signed = "; every entry and answer signed and checked" if keys else ""
+        print(f"nats-server at {url} (sync_interval: {server.sync_interval}); {ops} ops per latency figure{signed}")
         client = await connect(BusConfig(servers=[url]))
         await BriefLog(client).ensure()
         raw = _RawPublisher(client)
         await raw.ensure()
-        raw_fan, raw_stored, propagation = await _propagation(client, url, ops, agents)
+        raw_fan, raw_stored, propagation = await _propagation(client, url, ops, agents, keys)
 
-        coordinators = [_start_coordinator(url, 0)]
-        one, raw_one = await _latency(Proposer(client, _domain(), agent_id="bench"), raw, ops)
-        coordinators.append(_start_coordinator(url, 1))
-        two, raw_two = await _latency(Proposer(client, _domain(), agent_id="bench"), raw, ops)
+        coordinators = [_start_coordinator(url, 0, keys)]
+        one, raw_one = await _latency(Proposer(client, _domain(), agent_id="bench", verifier=verifier), raw, ops)
+        coordinators.append(_start_coordinator(url, 1, keys))
+        two, raw_two = await _latency(Proposer(client, _domain(), agent_id="bench", verifier=verifier), raw, ops)
         requested, raw_floor = await _commit_floor(client, url, raw, ops)
-        rate = await _throughput(client, seconds)
+        rate = await _throughput(client, seconds, verifier)
         await client.close()
         for proc in coordinators:
             proc.terminate()
@@ -302,10 +351,13 @@ def main() -> None:
         default=FANOUT,
         help="agent processes of the propagation figures; the targets are for %(default)s (default: %(default)s)",
     )
+    parser.add_argument(
+        "--signed", action="store_true", help="sign every log entry and answer, and check them (ctxbus auth's keys)"
+    )
     args = parser.parse_args()
     if args.agents < 1 or args.ops < 1 or args.seconds <= 0:
         parser.error("--agents and --ops must be at least 1, --seconds more than 0")
-    run_async(run, args.ops, args.seconds, args.agents)
+    run_async(run, args.ops, args.seconds, args.agents, args.signed)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from bus._errors import (
     NotAuthorized,
     ServerError,
     StreamMissing,
+    Unsigned,
 )
 from bus._event_loop import NO_UVLOOP_ENV, STOP_SIGNALS, anyio_backend, event_loop_name, run_async, uses_uvloop
 from bus._keys import KeyInvalid, Signer, Verifier
@@ -60,6 +61,7 @@ __all__ = [
     "NotAuthorized",
     "Role",
     "Signer",
+    "Unsigned",
     "Verifier",
     "STOP_SIGNALS",
     "BRIEF_BUCKET",

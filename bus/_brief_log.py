@@ -18,6 +18,7 @@ from typing import Final, NoReturn
 from nats.aio.client import Client
 
 from bus._errors import BusError, BusUnavailable, CasConflict, LogTruncated
+from bus._keys import SIGNER_HEADER, Signer, Verifier, sealed_by
 from bus._kv import Bucket, BucketConfig, KvEntry
 from bus._retry import Retry
 from bus._subjects import BRIEF_BUCKET, Verb, kv_key, subject
@@ -99,10 +100,24 @@ class BriefLog:
         txlog: TxLogConfig | None = None,
         snapshots: BucketConfig | None = None,
         max_payload: int | None = None,
+        signer: Signer | None = None,
+        verifier: Verifier | None = None,
+        on_refused: Callable[[LogEntry, str], object] | None = None,
     ) -> None:
+        """:param signer: signs every entry appended (a coordinator's, with its tenant's key).
+        :param verifier: only entries signed by a key it trusts are applied; any other is
+            skipped (logged as an error, counted in `refused`, and passed to
+            `on_refused` with the reason), identically by every reader that trusts the
+            same keys.
+        """
         self.txlog = TxLog(client, txlog)
         self.snapshots = Bucket(client, snapshots or BucketConfig(name=BRIEF_BUCKET))
         self._max_payload = max_payload or client.max_payload or DEFAULT_MAX_PAYLOAD
+        self._signer = signer
+        self._verifier = verifier
+        self._on_refused = on_refused
+        self.refused = 0
+        """Entries skipped because no trusted key signed them."""
 
     def __repr__(self) -> str:
         return f"<BriefLog {self.txlog!r} {self.snapshots!r}>"
@@ -176,7 +191,7 @@ class BriefLog:
             async for entry in entries:
                 if until is not None and entry.seq > until:
                     break
-                state = self.apply_entry(state, entry)
+                state = self.apply_trusted(state, entry)
         return state
 
     async def refresh(self, state: BriefState, log_end: int | None = None) -> BriefState:
@@ -212,7 +227,7 @@ class BriefLog:
 
         def on_entry(entry: LogEntry) -> None:
             nonlocal state
-            state = self.apply_entry(state, entry)
+            state = self.apply_trusted(state, entry)
             on_state(dataclasses.replace(state, behind=entry.pending) if entry.pending else state)
 
         while True:
@@ -246,12 +261,14 @@ class BriefLog:
         """
         envelope = CommitEnvelope(domain=state.domain, sender=sender, body=CommitBatch(commits=tuple(commits)))
         deadlines = [commit.deadline for commit in commits if commit.deadline is not None]
+        payload = envelope.encode(max_size=self._max_payload - HEADER_ROOM)
         return await self.txlog.append(
             subject(state.domain, Verb.TX),
-            envelope.encode(max_size=self._max_payload - HEADER_ROOM),
+            payload,
             batch_msg_id(commits),
             expected_last_subject_seq=state.seq,
             not_after=min(deadlines, default=None),
+            headers=None if self._signer is None else self._signer.seal(payload),
         )
 
     async def snapshot(self, state: BriefState) -> bool:
@@ -292,6 +309,26 @@ class BriefLog:
         if not await self.snapshot(BriefState(state.brief.purged(), 0)):
             raise BusError(f"a snapshot of {state.domain} newer than its close is stored; not purging its log")
         await self.txlog.purge(subject(state.domain, Verb.TX))
+
+    def apply_trusted(self, state: BriefState, entry: LogEntry) -> BriefState:
+        """`apply_entry`, as this log's readers do: with a verifier, only for an entry a
+        trusted key signed; any other is skipped, logged, counted and reported."""
+        if self._verifier is None or sealed_by(self._verifier, entry.payload, entry.headers):
+            return self.apply_entry(state, entry)
+        self.refused += 1
+        reason = (
+            "unsigned" if not entry.headers or SIGNER_HEADER not in entry.headers else "not signed by a trusted key"
+        )
+        log.error(
+            "skipping log entry %d of %s: %s (forged, or written by a coordinator of another tenant)",
+            entry.seq,
+            state.domain,
+            reason,
+            extra={"domain": str(state.domain), "seq": entry.seq},
+        )
+        if self._on_refused is not None:
+            self._on_refused(entry, reason)
+        return BriefState(state.brief, entry.seq)
 
     @staticmethod
     def apply_entry(state: BriefState, entry: LogEntry) -> BriefState:

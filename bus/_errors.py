@@ -6,6 +6,7 @@ CtxbusError
     ├── NotAuthorized        the server refused who we connected as (or that we gave no one)
     ├── BusUnavailable       no server answered in time (down, restarting, unreachable)
     │   └── StreamMissing    no stream answered a read: not created yet, or lost with a store
+    ├── Unsigned             an answer no trusted key signed
     ├── CasConflict          a compare-and-set found another last sequence
     ├── AppendExpired        an append's attempts went on past what it carries may be sent
     ├── LogTruncated         a log no longer holds entries a reader has seen
@@ -23,6 +24,7 @@ __all__ = [
     "BusUnavailable",
     "StreamMissing",
     "CasConflict",
+    "Unsigned",
     "AppendExpired",
     "LogTruncated",
     "LeaseHeld",
@@ -64,6 +66,11 @@ class CasConflict(BusError):
         self.actual = actual
         found = "unknown" if actual is None else str(actual)
         super().__init__(f"{subject}: expected last sequence {expected}, found {found}")
+
+
+class Unsigned(BusError):
+    """Raised when an answer that must be signed (by a tenant's coordinators) is not, or
+    not by a key the reader trusts: forged, or from another tenant's coordinator."""
 
 
 class AppendExpired(BusError):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Final
 
 import nacl.exceptions
@@ -21,10 +21,23 @@ import nkeys
 
 from schemas import UsageError
 
-__all__ = ["KeyInvalid", "Signer", "Verifier", "new_seed", "public_key_of"]
+__all__ = [
+    "SIGNATURE_HEADER",
+    "SIGNER_HEADER",
+    "KeyInvalid",
+    "Signer",
+    "Verifier",
+    "new_seed",
+    "public_key_of",
+    "sealed_by",
+]
 
 _SEED_PREFIX: Final = "SU"
 _PUBLIC_PREFIX: Final = "U"
+SIGNER_HEADER: Final = "Ctxbus-Signer"
+"""Header of a signed message: the public key it was signed with."""
+SIGNATURE_HEADER: Final = "Ctxbus-Signature"
+"""Header of a signed message: the signature of its payload, base64."""
 
 
 class KeyInvalid(UsageError):
@@ -86,6 +99,10 @@ class Signer:
         """The 64-byte ed25519 signature of `data`."""
         return bytes(self._key.sign(data).signature)
 
+    def seal(self, data: bytes) -> dict[str, str]:
+        """The headers that carry the signature of a message whose payload is `data`."""
+        return {SIGNER_HEADER: self.public_key, SIGNATURE_HEADER: base64.b64encode(self.sign(data)).decode()}
+
 
 class Verifier:
     """Checks signatures against a fixed set of trusted public keys."""
@@ -115,3 +132,15 @@ class Verifier:
         except (nacl.exceptions.BadSignatureError, ValueError, TypeError):
             return False
         return True
+
+
+def sealed_by(verifier: Verifier, data: bytes, headers: Mapping[str, str] | None) -> bool:
+    """Whether a message with payload `data` and `headers` carries a valid signature by a
+    key `verifier` trusts (see `Signer.seal`)."""
+    if not headers or SIGNER_HEADER not in headers or SIGNATURE_HEADER not in headers:
+        return False
+    try:
+        signature = base64.b64decode(headers[SIGNATURE_HEADER], validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return verifier.verify(data, signature, headers[SIGNER_HEADER])

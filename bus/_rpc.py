@@ -17,7 +17,8 @@ from anyio.abc import TaskStatus
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from bus._errors import BusError, BusUnavailable
+from bus._errors import BusError, BusUnavailable, Unsigned
+from bus._keys import Signer, Verifier, sealed_by
 
 __all__ = ["Request", "Handler", "Listener", "listen", "serve", "request", "gather", "publish"]
 
@@ -117,10 +118,14 @@ async def serve(
         await listen(client, subject, dispatch, queue=queue, task_status=task_status)
 
 
-async def request(client: Client, subject: str, data: bytes, *, timeout: float) -> bytes:
+async def request(
+    client: Client, subject: str, data: bytes, *, timeout: float, verifier: Verifier | None = None
+) -> bytes:
     """Send `data` and wait for one reply.
 
+    :param verifier: the reply must be signed by a key it trusts (`publish(signer=)`).
     :raises BusUnavailable: if nobody answered within `timeout` (or nobody listens).
+    :raises Unsigned: if `verifier` is given and the reply is not signed by a trusted key.
     :raises BusError: if the request cannot be sent at all (client closed, payload too big).
     """
     try:
@@ -131,6 +136,8 @@ async def request(client: Client, subject: str, data: bytes, *, timeout: float) 
         raise BusUnavailable(f"no reply on {subject} within {timeout}s") from exc
     except nats.errors.Error as exc:
         raise _send_failed(f"request on {subject}", exc) from exc
+    if verifier is not None and not sealed_by(verifier, msg.data, msg.headers):
+        raise Unsigned(f"the reply on {subject} is not signed by a trusted key")
     return msg.data
 
 
@@ -166,13 +173,13 @@ async def gather(client: Client, subject: str, data: bytes, *, wait: float) -> l
     return replies
 
 
-async def publish(client: Client, subject: str, data: bytes) -> None:
-    """Fire-and-forget publish.
+async def publish(client: Client, subject: str, data: bytes, *, signer: Signer | None = None) -> None:
+    """Fire-and-forget publish; with `signer`, signed (a `request(verifier=)` checks it).
 
     :raises BusError: if the client cannot take the message (closed, payload too big).
     """
     try:
-        await client.publish(subject, data)
+        await client.publish(subject, data, headers=None if signer is None else signer.seal(data))
     except nats.errors.Error as exc:
         raise _send_failed(f"publish on {subject}", exc) from exc
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final, NoReturn
@@ -114,6 +114,8 @@ class LogEntry:
     prev_seq: int | None = field(default=None, compare=False)
     """Sequence of the entry before this one on the same subject, 0 for the first
     (known for entries heard live by `tail`; None otherwise)."""
+    headers: Mapping[str, str] | None = field(default=None, compare=False, repr=False)
+    """The headers it was stored with (its signature among them, if signed)."""
 
 
 class TxLog:
@@ -153,6 +155,7 @@ class TxLog:
         *,
         expected_last_subject_seq: int | None = None,
         not_after: float | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> int:
         """Append `payload` to `subject` and return its stream sequence.
 
@@ -163,11 +166,12 @@ class TxLog:
             has this stream sequence (0: the subject is empty).
         :param not_after: Unix time after which no attempt is sent (checked before each):
             for a payload that may not be stored later than that.
+        :param headers: more headers to store the entry with (a signature).
         :raises CasConflict: if `subject` has moved past `expected_last_subject_seq`.
         :raises AppendExpired: if `not_after` passed before an attempt could be sent.
         :raises BusUnavailable: if no ack arrived before the configured deadline.
         """
-        headers = {MSG_ID: msg_id}
+        headers = {**(headers or {}), MSG_ID: msg_id}
         if expected_last_subject_seq is not None:
             headers[EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_subject_seq)
         retry = Retry(self.config.deadline)
@@ -301,6 +305,7 @@ class TxLog:
                         msg_id=(msg.headers or {}).get(MSG_ID),
                         time=meta.timestamp,
                         pending=meta.num_pending,
+                        headers=msg.headers,
                     )
                     if until is not None and next_seq > until:
                         return
@@ -457,6 +462,7 @@ class TxLog:
             subject=raw.subject or subject,
             payload=raw.data or b"",
             msg_id=(raw.headers or {}).get(MSG_ID),
+            headers=raw.headers,
         )
 
 
@@ -525,6 +531,7 @@ def _live_entry(msg: Msg) -> LogEntry | None:
             msg_id=headers.get(MSG_ID),
             time=datetime.fromisoformat(headers[STORED_TIME]),
             prev_seq=int(headers[PREVIOUS_SEQ]),
+            headers=headers,
         )
     except (KeyError, ValueError):
         return None

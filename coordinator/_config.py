@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
+from bus import Signer, Verifier
 from schemas import AUTHOR_MAX, UsageError
 
 __all__ = ["CoordinatorConfig", "DEFAULT_BRIEF_BUDGET", "DEFAULT_SNAPSHOT_EVERY", "DEFAULT_CAS_RETRIES"]
@@ -80,6 +81,13 @@ class CoordinatorConfig:
     """Token counter for the budget (injected: the coordinator does not own a tokenizer).
     The commands pass `Tokenizer.count_lines`: a commit changes a line or two of the
     rendered brief, and only those are encoded again."""
+    signer: Signer | None = None
+    """Signs every log entry and every answer, with its tenant's signing key (from its
+    credentials, `Credentials.signing_seed`), so replicas and proposers can tell them
+    from forgeries. None: nothing is signed."""
+    verifier: Verifier | None = None
+    """Only log entries signed by a key it trusts are applied (the tenant's key, from
+    `Credentials.trusted_signers`); others are skipped and dead-lettered. None: all are."""
 
     def __post_init__(self) -> None:
         # Checked here, not at the first commit: a bad id would fail every batch, silently

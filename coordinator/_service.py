@@ -32,10 +32,12 @@ from bus import (
     BusUnavailable,
     LeaseConfig,
     Leases,
+    LogEntry,
     NatsClient,
     Request,
     Retry,
     TxLogConfig,
+    Unsigned,
     Verb,
     all_domains,
     domain_of,
@@ -90,6 +92,9 @@ class Coordinator:
             client,
             txlog=TxLogConfig(replicas=self.config.replicas),
             snapshots=BucketConfig(name=BRIEF_BUCKET, replicas=self.config.replicas),
+            signer=self.config.signer,
+            verifier=self.config.verifier,
+            on_refused=self._refused_entry,
         )
         self._committers: dict[Domain, DomainCommitter] = {}
         self._owners: dict[Domain, str] = {}
@@ -263,9 +268,13 @@ class Coordinator:
         try:
             try:
                 answer: bytes | None = await bus_request(
-                    self._client, target, request.data, timeout=self.config.forward_timeout
+                    self._client,
+                    target,
+                    request.data,
+                    timeout=self.config.forward_timeout,
+                    verifier=self.config.verifier,
                 )
-            except BusUnavailable as exc:
+            except (BusUnavailable, Unsigned) as exc:
                 answer = None
                 if self._owners.get(domain) == owner:
                     log.info("%s: owner %s did not answer (%s); committing here", domain, owner, exc)
@@ -321,9 +330,15 @@ class Coordinator:
         if reply_to:
             await self._send(reply_to, ReplyEnvelope(domain=domain, sender=self.id, body=reply).encode())
 
+    def _refused_entry(self, entry: LogEntry, reason: str) -> None:
+        """A log entry no trusted key signed: dead-lettered, for an operator to look at."""
+        domain = domain_of(entry.subject)
+        request = Request(subject=entry.subject, data=entry.payload, reply=None)
+        self._task_group.start_soon(self._dead_letters.send, request, domain, "unsigned_entry", reason)
+
     async def _send(self, reply_to: str, data: bytes) -> None:
         try:
-            await publish(self._client, reply_to, data)
+            await publish(self._client, reply_to, data, signer=self.config.signer)
         except BusError as exc:  # the proposer asks again, with the same key
             log.debug("could not answer on %s: %s", reply_to, exc)
 

@@ -13,7 +13,7 @@ import math
 import anyio
 from anyio.abc import TaskStatus
 
-from bus import BriefLog, BriefState, NatsClient
+from bus import BriefLog, BriefState, NatsClient, Verifier
 from schemas import Domain, TaskBrief, UsageError, brief_hash, render_brief
 
 __all__ = ["BriefReplica"]
@@ -30,6 +30,8 @@ class BriefReplica:
     :param resume_from: a state saved earlier (e.g. in the agent's store); the replica
         catches up from its sequence instead of loading the snapshot, unless the log no
         longer reaches that far (the domain was closed and purged meanwhile).
+    :param verifier: apply only log entries signed by a key it trusts (the tenant's
+        coordinators'); any other is skipped, logged and counted (`refused_entries`).
     """
 
     def __init__(
@@ -39,12 +41,13 @@ class BriefReplica:
         *,
         resume_from: BriefState | None = None,
         brief_log: BriefLog | None = None,
+        verifier: Verifier | None = None,
     ) -> None:
         domain = Domain.of(domain)
         if resume_from is not None and resume_from.domain != domain:
             raise UsageError(f"cannot resume {domain} from a state of {resume_from.domain}")
         self.domain = domain
-        self._log = brief_log or BriefLog(client)
+        self._log = brief_log or BriefLog(client, verifier=verifier)
         self._state = resume_from
         self._changed = anyio.Event()
 
@@ -64,6 +67,11 @@ class BriefReplica:
         if self._state is None:
             raise UsageError(f"the replica of {self.domain} has not joined yet; start run() first")
         return self._state
+
+    @property
+    def refused_entries(self) -> int:
+        """Log entries skipped because no trusted key signed them."""
+        return self._log.refused
 
     @property
     def brief(self) -> TaskBrief:

@@ -46,7 +46,7 @@ from agents.runtime._saved import (
     save_queued_drops,
 )
 from agents.runtime._tail import FINAL_KINDS, TailAdapter
-from bus import BusError, Leases, NatsClient, PidLock
+from bus import BusError, Leases, NatsClient, PidLock, Verifier
 from schemas import BriefOp, Domain, Presence, Reply, TaskBrief, UsageError
 
 __all__ = ["Agent", "AgentConfig"]
@@ -68,6 +68,9 @@ class AgentConfig:
     context: ContextConfig = field(default_factory=ContextConfig)
     heartbeat: float = DEFAULT_HEARTBEAT
     channel2: Channel2LeaseConfig = field(default_factory=Channel2LeaseConfig)
+    trusted_signers: tuple[str, ...] = ()
+    """On a server with auth: the public keys whose signatures on log entries and answers
+    the agent believes (`Credentials.trusted_signers`). Empty: it believes any."""
 
     def __post_init__(self) -> None:
         # Here rather than deep in the constructor, where a string fails as an AttributeError.
@@ -130,8 +133,9 @@ class Agent:
             )
             self.channel2 = Channel2(self._nudge_store, lease)
             save_config(self.context, config.context)
-            self.replica = BriefReplica(client, config.domain, resume_from=load_brief(self.context))
-            self.proposer = Proposer(client, config.domain, agent_id=self.id)
+            verifier = Verifier(config.trusted_signers) if config.trusted_signers else None
+            self.replica = BriefReplica(client, config.domain, resume_from=load_brief(self.context), verifier=verifier)
+            self.proposer = Proposer(client, config.domain, agent_id=self.id, verifier=verifier)
             self._beacon = PresenceBeacon(client, config.domain, self.id, self.presence, interval=config.heartbeat)
             self._band = "quiet"
             self._measure: TailMeasure | None = None

@@ -88,6 +88,7 @@ async def _run(args: argparse.Namespace) -> int:
         context=SWARM_CONTEXT,
         heartbeat=HEARTBEAT,
         channel2=Channel2LeaseConfig(claim_ttl=CLAIM_TTL),
+        trusted_signers=credentials.trusted_signers if credentials else (),
     )
     agent = Agent(client, config)
     saved_revision = agent.status()["brief_revision"]  # resumed from the store, before the bus

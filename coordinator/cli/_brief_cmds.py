@@ -24,6 +24,7 @@ from coordinator.cli._common import (
     console,
     parse_agent_name,
     print_json,
+    verifier_of,
 )
 from coordinator.cli._running import INTERRUPTED, until_signal
 from schemas import (
@@ -58,9 +59,10 @@ def show(domain: DomainOption, nats: NatsOption = DEFAULT_NATS_URL, as_json: Jso
 
 
 async def _show(urls: str, domain: Domain, as_json: bool) -> None:
-    client = await connect(bus_config(urls))
+    bus = bus_config(urls)
+    client = await connect(bus)
     try:
-        state = await BriefLog(client).load(domain)
+        state = await BriefLog(client, verifier=verifier_of(bus)).load(domain)
     finally:
         await close_quietly(client)
     if as_json:
@@ -134,9 +136,11 @@ async def _propose(urls: str, domain: Domain, agent: str, op: BriefOp, given_key
     from agents.brief import ProposalUnanswered, Proposer  # `brief show` and `log` need none of the agent side
 
     key = given_key or uuid.uuid4().hex
-    client = await connect(bus_config(urls))
+    bus = bus_config(urls)
+    client = await connect(bus)
     try:
-        reply = await Proposer(client, domain, agent_id=agent).propose(op, key=key, deadline=_PROPOSE_DEADLINE)
+        proposer = Proposer(client, domain, agent_id=agent, verifier=verifier_of(bus))
+        reply = await proposer.propose(op, key=key, deadline=_PROPOSE_DEADLINE)
     except ProposalUnanswered as exc:
         raise ProposalUnanswered(
             exc.key, _PROPOSE_DEADLINE, retry=f"run the same command with --key {exc.key}"

@@ -17,7 +17,7 @@ from coordinator._config import DEFAULT_BRIEF_BUDGET, CoordinatorConfig
 from schemas import Domain, InvalidDomain, describe_validation_error, validate_token
 
 if TYPE_CHECKING:
-    from bus import BusConfig
+    from bus import BusConfig, Credentials, Verifier
 
 # What only some commands use is imported where it is used: a command imports only
 # what it needs (`bench/cli.py`).
@@ -36,6 +36,7 @@ __all__ = [
     "parse_agent_name",
     "parse_domain",
     "print_json",
+    "verifier_of",
 ]
 
 DEFAULT_NATS_URL: Final = "nats://127.0.0.1:4222"
@@ -144,15 +145,29 @@ def bus_config(urls: str, *, name: str = "ctxbus-cli") -> BusConfig:
     return config
 
 
+def verifier_of(config: BusConfig) -> Verifier | None:
+    """The keys a command connected as a principal trusts to have signed the log and
+    its answers (its credentials'); None without credentials: it believes any."""
+    from bus import Verifier
+
+    if config.credentials is None or not config.credentials.trusted_signers:
+        return None
+    return Verifier(config.credentials.trusted_signers)
+
+
 def print_json(value: object) -> None:
     """Machine-readable output for `--json`."""
     console.print_json(json.dumps(value, default=str))
 
 
-def coordinator_config(coordinator_id: str | None, brief_budget: int = DEFAULT_BRIEF_BUDGET) -> CoordinatorConfig:
+def coordinator_config(
+    coordinator_id: str | None, brief_budget: int = DEFAULT_BRIEF_BUDGET, *, credentials: Credentials | None = None
+) -> CoordinatorConfig:
     """A coordinator's settings as the commands give them: a brief budget (0: none),
-    counted with the agents' tokenizer."""
+    counted with the agents' tokenizer; and, with a coordinator's credentials, its
+    tenant's key to sign the log and its answers with, and the keys to trust."""
     from agents.context import Tokenizer
+    from bus import Signer, Verifier
 
     config = CoordinatorConfig()
     if coordinator_id:
@@ -161,4 +176,8 @@ def coordinator_config(coordinator_id: str | None, brief_budget: int = DEFAULT_B
         config = dataclasses.replace(
             config, brief_budget_tokens=brief_budget, count_tokens=Tokenizer.load().count_lines
         )
+    if credentials is not None and credentials.signing_seed is not None:
+        config = dataclasses.replace(config, signer=Signer(credentials.signing_seed))
+    if credentials is not None and credentials.trusted_signers:
+        config = dataclasses.replace(config, verifier=Verifier(credentials.trusted_signers))
     return config

@@ -66,10 +66,12 @@ def mcp(
     Add it to the client's config as a command, e.g. `ctxbus mcp -d alice/s1/t1 -a claude`.
     Every server on the same domain shares one brief; a coordinator (`ctxbus up`) must run.
     """
+    bus = bus_config(nats, name=f"ctxbus-mcp-{agent}")
     config = AgentConfig(
         agent_id=agent,
         domain=domain,
         store=store or agent_store(domain, agent),
         context=host_context(window),
+        trusted_signers=bus.credentials.trusted_signers if bus.credentials else (),
     )
-    run_async(serve_stdio, bus_config(nats, name=f"ctxbus-mcp-{agent}"), config)
+    run_async(serve_stdio, bus, config)

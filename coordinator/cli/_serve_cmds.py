@@ -21,6 +21,8 @@ from bus import (
     EmbeddedServer,
     LoopbackCluster,
     ServerError,
+    Signer,
+    Verifier,
     close_quietly,
     connect,
     event_loop_name,
@@ -203,10 +205,13 @@ def coordinator(
     Any number of coordinators may run at once: they share proposals through a queue
     group and never commit on the same base. Stops on Ctrl-C or SIGTERM.
     """
+    bus = bus_config(nats, name=coordinator_id or "ctxbus-coordinator")
     config = dataclasses.replace(
-        coordinator_config(coordinator_id, brief_budget), snapshot_every=snapshot_every, replicas=replicas
+        coordinator_config(coordinator_id, brief_budget, credentials=bus.credentials),
+        snapshot_every=snapshot_every,
+        replicas=replicas,
     )
-    run_async(_coordinate, bus_config(nats, name=config.coordinator_id), config)
+    run_async(_coordinate, bus.model_copy(update={"name": config.coordinator_id}), config)
 
 
 def _local(
@@ -325,12 +330,14 @@ async def _serve_tenants(local: Local, store: AuthStore, config: CoordinatorConf
                 if tenant in serving or TENANT_COORDINATOR not in principals:
                     continue
                 serving.add(tenant)
-                bus = BusConfig(
-                    servers=_urls(local),
-                    name=f"{config.coordinator_id}-{tenant}",
-                    credentials=store.credentials(tenant, TENANT_COORDINATOR),
+                credentials = store.credentials(tenant, TENANT_COORDINATOR)
+                bus = BusConfig(servers=_urls(local), name=f"{config.coordinator_id}-{tenant}", credentials=credentials)
+                tenant_config = dataclasses.replace(
+                    config,
+                    coordinator_id=f"{config.coordinator_id}-{tenant}",
+                    signer=Signer(credentials.signing_seed) if credentials.signing_seed else None,
+                    verifier=Verifier(credentials.trusted_signers) if credentials.trusted_signers else None,
                 )
-                tenant_config = dataclasses.replace(config, coordinator_id=f"{config.coordinator_id}-{tenant}")
                 tg.start_soon(partial(_serve, bus, tenant_config, local, quiet=True))
                 console.print(f"coordinator of tenant [bold]{escape(tenant)}[/] starting")
 

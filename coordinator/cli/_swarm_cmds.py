@@ -39,7 +39,7 @@ from agents.swarm import (
     agent_name,
     check_settings,
 )
-from bus import AuthStore, BusConfig, EmbeddedServer, close_quietly, connect, run_async
+from bus import AuthStore, BusConfig, Credentials, EmbeddedServer, close_quietly, connect, run_async
 from coordinator import Coordinator, CoordinatorConfig
 from coordinator.cli._app import command_set
 from coordinator.cli._auth_cmds import TENANT_COORDINATOR
@@ -202,7 +202,7 @@ async def _demo(
             try:
                 with one_error():
                     async with anyio.create_task_group() as tg:
-                        coordinator = Coordinator(client, _demo_coordinator_config())
+                        coordinator = Coordinator(client, _demo_coordinator_config(credentials))
                         await tg.start(coordinator.run)
                         report = await _swarm(config, quiet)
                         reports.append(report.failing(*_cache_failures(coordinator, config.domain, report)))
@@ -223,8 +223,9 @@ _DEMO_SNAPSHOT_EVERY = 20
 joiner loads from a snapshot, not only a replay of the whole log."""
 
 
-def _demo_coordinator_config() -> CoordinatorConfig:
-    return dataclasses.replace(coordinator_config("swarm-demo"), snapshot_every=_DEMO_SNAPSHOT_EVERY)
+def _demo_coordinator_config(credentials: Credentials | None) -> CoordinatorConfig:
+    config = coordinator_config("swarm-demo", credentials=credentials)
+    return dataclasses.replace(config, snapshot_every=_DEMO_SNAPSHOT_EVERY)
 
 
 def _cache_failures(coordinator: Coordinator, domain: Domain, report: SwarmReport) -> list[str]:
