@@ -56,7 +56,8 @@ class Domain(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     user: Annotated[str, AfterValidator(_user)]
-    """Tenant: separated from other users by NATS accounts or subject permissions."""
+    """Tenant: separated from other tenants by a NATS account of its own (`ctxbus auth`);
+    subject permissions alone cannot, since agents need the JetStream API."""
     session: Annotated[str, AfterValidator(_session)]
     """A working session of that user."""
     task: Annotated[str, AfterValidator(_task)]
