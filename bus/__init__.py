@@ -7,7 +7,7 @@ subclasses here, so callers never catch `nats.*`.
 from nats.aio.client import Client as NatsClient
 
 from bus._auth import AuthStore, Credentials, CredentialsError, Role
-from bus._brief_log import BriefLog, BriefState, batch_msg_id, commits_of
+from bus._brief_log import BriefLog, BriefState, EntryOutcome, batch_msg_id, commits_of, read_entry
 from bus._cluster import LoopbackCluster
 from bus._connection import DEFAULT_CONNECT_DEADLINE, BusConfig, TlsConfig, close_quietly, connect
 from bus._errors import (
@@ -57,6 +57,7 @@ __all__ = [
     "AuthStore",
     "Credentials",
     "CredentialsError",
+    "EntryOutcome",
     "KeyInvalid",
     "NotAuthorized",
     "Role",
@@ -111,6 +112,7 @@ __all__ = [
     "anyio_backend",
     "batch_msg_id",
     "commits_of",
+    "read_entry",
     "close_quietly",
     "connect",
     "domain_of",

@@ -37,7 +37,7 @@ from schemas import (
     op_fingerprint,
 )
 
-__all__ = ["BriefLog", "BriefState", "batch_msg_id", "commits_of"]
+__all__ = ["BriefLog", "BriefState", "EntryOutcome", "batch_msg_id", "commits_of", "read_entry"]
 
 log = logging.getLogger(__name__)
 
@@ -313,22 +313,27 @@ class BriefLog:
     def apply_trusted(self, state: BriefState, entry: LogEntry) -> BriefState:
         """`apply_entry`, as this log's readers do: with a verifier, only for an entry a
         trusted key signed; any other is skipped, logged, counted and reported."""
-        if self._verifier is None or sealed_by(self._verifier, entry.payload, entry.headers):
+        unsigned = self.unsigned(entry)
+        if unsigned is None:
             return self.apply_entry(state, entry)
         self.refused += 1
-        reason = (
-            "unsigned" if not entry.headers or SIGNER_HEADER not in entry.headers else "not signed by a trusted key"
-        )
         log.error(
             "skipping log entry %d of %s: %s (forged, or written by a coordinator of another tenant)",
             entry.seq,
             state.domain,
-            reason,
+            unsigned,
             extra={"domain": str(state.domain), "seq": entry.seq},
         )
         if self._on_refused is not None:
-            self._on_refused(entry, reason)
+            self._on_refused(entry, unsigned)
         return BriefState(state.brief, entry.seq)
+
+    def unsigned(self, entry: LogEntry) -> str | None:
+        """Why this log's readers do not trust `entry` (with a verifier: not signed by a
+        key it trusts), or None if they do."""
+        if self._verifier is None or sealed_by(self._verifier, entry.payload, entry.headers):
+            return None
+        return "unsigned" if not entry.headers or SIGNER_HEADER not in entry.headers else "not signed by a trusted key"
 
     @staticmethod
     def apply_entry(state: BriefState, entry: LogEntry) -> BriefState:
@@ -337,21 +342,55 @@ class BriefLog:
         A batch is all or nothing: if one commit cannot follow the brief, the brief
         stays as before the entry, on every replica alike.
         """
-        try:
-            envelope = _commit_envelope(entry)
-            brief = state.brief
-            for commit in envelope.body.commits:
-                brief = apply(brief, commit)
-            return BriefState(brief, entry.seq, last_writer=envelope.sender)
-        except (WireError, ReplayError) as exc:
+        outcome = read_entry(state, entry)
+        if outcome.skipped is not None:
             log.error(
                 "skipping log entry %d of %s: %s",
                 entry.seq,
                 state.domain,
-                exc,
+                outcome.skipped,
                 extra={"domain": str(state.domain), "seq": entry.seq},
             )
-            return BriefState(state.brief, entry.seq)
+        return outcome.state
+
+
+@dataclass(frozen=True)
+class EntryOutcome:
+    """What one log entry does to a brief, as every replica applies it."""
+
+    state: BriefState
+    """The state after the entry (the same brief, at the entry's sequence, if skipped)."""
+    commits: tuple[Commit, ...] = ()
+    """The commits it carries that changed the brief; empty if skipped."""
+    idle: tuple[Commit, ...] = ()
+    """The commits it carries that changed nothing but the revision (a key already
+    committed, an item gone, a closed domain), or not even that (at or below the
+    brief's revision)."""
+    skipped: str | None = None
+    """Why every replica skips the whole entry (malformed, of another domain, after a
+    gap); None if it was applied."""
+
+
+def read_entry(state: BriefState, entry: LogEntry) -> EntryOutcome:
+    """Apply one log entry to `state`, saying what became of each of its commits; the
+    pure core of `BriefLog.apply_entry`, for tools that show the log as replicas see it."""
+    try:
+        envelope = _commit_envelope(entry)
+        brief = state.brief
+        applied: list[Commit] = []
+        idle: list[Commit] = []
+        for commit in envelope.body.commits:
+            after = apply(brief, commit)
+            # A commit that took effect is remembered by its key; one that could not only
+            # moved the revision on (or, at or below it, changed nothing at all).
+            took_effect = commit.key in after.applied_keys.get(commit.author, {}) and commit.key not in (
+                brief.applied_keys.get(commit.author, {})
+            )
+            (applied if took_effect else idle).append(commit)
+            brief = after
+        return EntryOutcome(BriefState(brief, entry.seq, last_writer=envelope.sender), tuple(applied), tuple(idle))
+    except (WireError, ReplayError) as exc:
+        return EntryOutcome(BriefState(state.brief, entry.seq), skipped=" ".join(str(exc).split()))
 
 
 def commits_of(entry: LogEntry) -> tuple[Commit, ...]:

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from bus import BriefLog, TxLog, Verb, close_quietly, commits_of, connect, run_async, subject
+from bus import BriefLog, BriefState, Verb, close_quietly, connect, read_entry, run_async, subject
 from coordinator.cli._app import command_set
 from coordinator.cli._common import (
     DEFAULT_NATS_URL,
@@ -35,7 +35,7 @@ from schemas import (
     Commit,
     Committed,
     Domain,
-    WireError,
+    TaskBrief,
     brief_hash,
     describe_validation_error,
     render_brief,
@@ -183,10 +183,13 @@ def log_command(
 
 
 async def _log(urls: str, domain: Domain, follow: bool, as_json: bool) -> None:
-    client = await connect(bus_config(urls))
-    txlog = TxLog(client)
-    entries = txlog.follow(subject(domain, Verb.TX)) if follow else txlog.read(subject(domain, Verb.TX))
+    bus = bus_config(urls)
+    client = await connect(bus)
+    brief_log = BriefLog(client, verifier=verifier_of(bus))
+    tx = subject(domain, Verb.TX)
+    entries = brief_log.txlog.follow(tx) if follow else brief_log.txlog.read(tx)
     table = _log_table()
+    state = BriefState(TaskBrief(domain=domain), 0)
 
     def emit(record: dict[str, Any], row: tuple[str, str, str, str]) -> None:
         cells = [Text(cell) for cell in row]  # what agents wrote: a `[` in it is not markup
@@ -199,14 +202,23 @@ async def _log(urls: str, domain: Domain, follow: bool, as_json: bool) -> None:
 
     try:
         async for entry in entries:
-            try:
-                commits = commits_of(entry)
-            except (WireError, ValidationError) as exc:  # every replica skips it too
-                reason = " ".join(str(exc).split())
-                emit({"seq": entry.seq, "skipped": reason}, ("-", "", "skipped", f"log entry {entry.seq}: {reason}"))
+            # As every replica reads it: an entry they skip is shown skipped, with why.
+            unsigned = brief_log.unsigned(entry)
+            outcome = read_entry(state, entry) if unsigned is None else None
+            skipped = unsigned if outcome is None else outcome.skipped
+            if outcome is None or skipped is not None:
+                state = BriefState(state.brief, entry.seq)
+                emit({"seq": entry.seq, "skipped": skipped}, ("-", "", "skipped", f"log entry {entry.seq}: {skipped}"))
                 continue
-            for commit in commits:
+            state = outcome.state
+            for commit in outcome.commits:
                 emit({"seq": entry.seq, **commit.model_dump(mode="json")}, _log_row(commit))
+            for commit in outcome.idle:
+                why = "no effect: every replica moves past it (a key already committed, an item gone, a closed domain)"
+                emit(
+                    {"seq": entry.seq, **commit.model_dump(mode="json"), "no_effect": True},
+                    (*_log_row(commit)[:3], why),
+                )
     finally:
         with anyio.CancelScope(shield=True):
             await entries.aclose()
