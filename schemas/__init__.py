@@ -81,6 +81,7 @@ from schemas._message import (
     MessageKind,
     MessageRole,
     MessageState,
+    ToolCall,
     content_hash,
     message_id,
 )
@@ -178,6 +179,7 @@ __all__ = [
     "TEXT_MAX",
     "Tally",
     "TaskBrief",
+    "ToolCall",
     "UsageError",
     "WireError",
     "applied_revision",
