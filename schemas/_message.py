@@ -106,8 +106,8 @@ class Message(BaseModel):
     created_at: float
     """Unix epoch seconds when the message was recorded."""
     tokens: int = Field(ge=0)
-    """Tokens the message costs in the prompt: its content plus its `§N§ ` prefix, counted
-    once at ingest."""
+    """Tokens the message costs in the prompt: its content plus its `§N§ ` prefix and its
+    calls, counted once at ingest."""
     state: MessageState = "active"
     """Lifecycle state; see `MessageState`."""
 

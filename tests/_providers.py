@@ -251,7 +251,11 @@ def check_anthropic(request: Mapping[str, Any], *, prefill: bool = False) -> Non
                 if role != "user":
                     raise Refused(f"{where}: tool_result blocks may only appear in user messages")
                 if at != len(results):
-                    raise Refused(f"{where}: tool_result blocks must come first in a user message, before any text")
+                    raise Refused(
+                        f"messages.{index}: Did not find {len(previous_uses)} tool_result block(s) at the beginning "
+                        "of this message. Messages following tool_use blocks must begin with a matching number of "
+                        "tool_result blocks."
+                    )
                 if block["tool_use_id"] not in previous_uses:
                     raise Refused(
                         f"{where}: unexpected `tool_use_id` found in `tool_result` blocks: {block['tool_use_id']}. "

@@ -14,11 +14,12 @@ the same way every time, with a digest of the original so two never meet.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
-from typing import Final
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Final, NamedTuple
 
 from pydantic import ValidationError
 
@@ -28,10 +29,12 @@ from schemas import ToolCall, describe_validation_error
 __all__ = [
     "ANTHROPIC_ID",
     "CALL_OVERHEAD",
+    "Call",
     "EMPTY_ARGUMENTS",
     "OPENAI_ID_MAX",
     "TOOL_NAME",
     "anthropic_id",
+    "calls_text",
     "calls_tokens",
     "coerce_calls",
     "legacy_calls",
@@ -87,7 +90,23 @@ def anthropic_id(key: str) -> str:
     return f"{_NOT_NAME.sub('_', key).strip('_') or 'call'}_{_digest(key)}"
 
 
-def coerce_calls(value: object) -> tuple[ToolCall, ...]:
+class Call(NamedTuple):
+    """One call as the engine keeps it: `ToolCall`'s fields, validated when they came in.
+
+    A tuple rather than the model: ingest is the hot path, and the model is built only
+    where a call leaves the engine (`to_tool_call`).
+    """
+
+    id: str
+    name: str
+    arguments: str
+
+    def to_tool_call(self) -> ToolCall:
+        """The public model of this call."""
+        return ToolCall.model_construct(id=self.id, name=self.name, arguments=self.arguments)
+
+
+def coerce_calls(value: object) -> tuple[Call, ...]:
     """The calls of `LocalContext.add(tool_calls=...)`, checked.
 
     Each item is a `ToolCall` or a mapping in one of the shapes a host has at hand:
@@ -104,7 +123,8 @@ def coerce_calls(value: object) -> tuple[ToolCall, ...]:
             f"tool_calls must be a list of calls, got {type(value).__name__} {value!r:.60}; "
             'e.g. [{"id": "call_1", "name": "bash", "arguments": "{\\"cmd\\": \\"ls\\"}"}]'
         )
-    calls = tuple(_one(item, index) for index, item in enumerate(value))
+    checked = [_one(item, index) for index, item in enumerate(value)]
+    calls = tuple(Call(call.id, call.name, call.arguments) for call in checked)
     seen: set[str] = set()
     for call in calls:
         if call.id and call.id in seen:
@@ -157,7 +177,7 @@ def _checked(call: ToolCall, index: int) -> ToolCall:
     return call
 
 
-def legacy_calls(tool_name: str | None, call_id: str | None) -> tuple[ToolCall, ...]:
+def legacy_calls(tool_name: str | None, call_id: str | None) -> tuple[Call, ...]:
     """The calls an assistant message recorded with `tool_name`/`call_id` alone makes.
 
     One call, or several when the id is comma-joined (the transcripts' form, and what
@@ -168,30 +188,42 @@ def legacy_calls(tool_name: str | None, call_id: str | None) -> tuple[ToolCall, 
     """
     if not tool_name:
         return ()
+    if "," not in tool_name and (not call_id or "," not in call_id):  # one call: the common case
+        return (Call((call_id or "").strip(), tool_name, EMPTY_ARGUMENTS),)
     ids = [part.strip() for part in call_id.split(",")] if call_id else [""]
     ids = [i for i in ids if i] or [""]
     names = [part.strip() for part in tool_name.split(",")]
     if len(names) != len(ids) or not all(names):
         names = [tool_name] * len(ids)
-    return tuple(
-        ToolCall.model_construct(id=i, name=n, arguments=EMPTY_ARGUMENTS) for i, n in zip(ids, names, strict=True)
-    )
+    return tuple(Call(i, n, EMPTY_ARGUMENTS) for i, n in zip(ids, names, strict=True))
 
 
-def calls_tokens(count: Callable[[str], int], calls: Iterable[ToolCall], keys: Iterable[str]) -> int:
-    """What the calls cost in a prompt: id (as it goes out: `key`, mapped for a provider
-    that would refuse it), name (likewise) and arguments, plus `CALL_OVERHEAD` each."""
-    return sum(_skeleton(count, call, key) + count(call.arguments) for call, key in zip(calls, keys, strict=True))
+def calls_text(calls: Iterable[Call], keys: Iterable[str], *, dropped: bool = False) -> str:
+    """The calls as one text to count, each as it goes out: id (its `key`, and the forms
+    a provider that refuses it gets), name (likewise) and arguments (`EMPTY_ARGUMENTS`
+    once dropped). Counted in one go with the message's content: one tokenizer call per
+    message, as for any other. Each part starts with a space, where the pre-tokenizer
+    splits anyway; `CALL_OVERHEAD` covers the rest of what a call costs."""
+    text = ""
+    for call, key in zip(calls, keys, strict=True):
+        if len(key) > OPENAI_ID_MAX or not ANTHROPIC_ID.fullmatch(key):
+            key = " ".join(sorted({key, openai_id(key), anthropic_id(key)}))
+        name = call.name if _accepted_name(call.name) else f"{call.name} {wire_name(call.name)}"
+        text += f" {key} {name} {EMPTY_ARGUMENTS if dropped else call.arguments}"
+    return text
 
 
-def skeleton_tokens(count: Callable[[str], int], calls: Iterable[ToolCall], keys: Iterable[str]) -> int:
+@functools.lru_cache(maxsize=1024)
+def _accepted_name(name: str) -> bool:
+    """Whether both providers take `name` as it is (names repeat: the answer is kept)."""
+    return TOOL_NAME.fullmatch(name) is not None
+
+
+def calls_tokens(count: Callable[[str], int], calls: Sequence[Call], keys: Iterable[str]) -> int:
+    """What the calls cost apart from their message's content (see `calls_text`)."""
+    return count(calls_text(calls, keys)) + CALL_OVERHEAD * len(calls) if calls else 0
+
+
+def skeleton_tokens(count: Callable[[str], int], calls: Sequence[Call], keys: Iterable[str]) -> int:
     """What the calls cost once dropped: shown with `EMPTY_ARGUMENTS`."""
-    empty = count(EMPTY_ARGUMENTS)
-    return sum(_skeleton(count, call, key) + empty for call, key in zip(calls, keys, strict=True))
-
-
-def _skeleton(count: Callable[[str], int], call: ToolCall, key: str) -> int:
-    """Tokens of a call but its arguments: the longest of its id's forms, its name's."""
-    ids = {key, openai_id(key), anthropic_id(key)}
-    names = {call.name, wire_name(call.name)}
-    return max(map(count, ids)) + max(map(count, names)) + CALL_OVERHEAD
+    return count(calls_text(calls, keys, dropped=True)) + CALL_OVERHEAD * len(calls) if calls else 0

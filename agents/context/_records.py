@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from agents.context._calls import EMPTY_ARGUMENTS
-from schemas import Message, ToolCall
+from agents.context._calls import EMPTY_ARGUMENTS, Call
+from schemas import Message
 
 __all__ = [
     "ChatMessage",
@@ -82,7 +82,7 @@ class Entry:
     drop placeholder replaces both."""
     note_tokens: int = 0
     """Tokens of `note` (with one for the join); counted in the prompt, never in the tail."""
-    calls: tuple[ToolCall, ...] = ()
+    calls: tuple[Call, ...] = ()
     """The calls this assistant turn made, in order; their tokens are in `tokens`."""
     shown_tokens: int = field(default=0, init=False)
     """Tokens of `shown` (calls included), kept in step with `compact` and `note` (a plain
@@ -153,7 +153,7 @@ class Entry:
             content=self.content,
             tool_name=self.tool_name,
             call_id=self.call_id,
-            tool_calls=self.calls,
+            tool_calls=tuple(call.to_tool_call() for call in self.calls),
             importance=self.importance,
             ttl=self.ttl,
             created_at=self.created_at,

@@ -192,7 +192,7 @@ def render(run: Plan) -> Composition:
                 b.rolling,
                 layers["rolling"],
                 tuple(
-                    LayerItem(e.tag, e.kind, view.text, n + ov, e.calls)
+                    LayerItem(e.tag, e.kind, view.text, n + ov, tuple(c.to_tool_call() for c in e.calls))
                     for e, view, n in zip(rolling, shown, rolling_tokens, strict=True)
                 ),
             ),

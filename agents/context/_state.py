@@ -13,14 +13,14 @@ import math
 import re
 
 from agents.context._archive import compact_form
-from agents.context._calls import calls_tokens, coerce_calls, legacy_calls
+from agents.context._calls import CALL_OVERHEAD, Call, calls_text, calls_tokens, coerce_calls, legacy_calls
 from agents.context._classify import constraint_text, has_constraint
 from agents.context._config import ContextConfig
 from agents.context._errors import InvalidMessage, UnknownReference
 from agents.context._records import ConstraintRecord, Entry, SummaryEntry
 from agents.context._report import logger
 from agents.context._tokens import Tokenizer
-from schemas import MESSAGE_KINDS, MESSAGE_ROLES, ToolCall, message_id
+from schemas import MESSAGE_KINDS, MESSAGE_ROLES, message_id
 
 __all__ = ["ContextState", "check_message", "default_importance"]
 
@@ -129,7 +129,6 @@ class ContextState:
         user_turn = _is_user_turn(role, kind, content)
         if importance is None:
             importance = default_importance(role, kind, first_user=user_turn and not self._has_user)
-        tokens = self._count_rendered(tag, content)
         entry = Entry(
             tag,
             message_id(content, tag),
@@ -141,13 +140,11 @@ class ContextState:
             float(importance),
             None if ttl is None else float(ttl),
             float(created_at),
-            tokens,
+            0,
             calls=calls,
         )
-        self._join_unit(entry)
-        if calls:  # counted as they go out, under the keys the join gave them
-            entry.tokens += calls_tokens(self.tokenizer.count, calls, entry.keys)
-        entry.shown_tokens = entry.tokens
+        self._join_unit(entry)  # first: the calls are counted under the keys it gives them
+        entry.tokens = entry.shown_tokens = self._count_rendered(tag, content, entry)
         if user_turn:
             self._has_user = True
         if kind == "tool_result" and entry.tokens > self.config.archive_threshold:
@@ -166,8 +163,8 @@ class ContextState:
             self.ttl_tags.add(tag)
         return entry
 
-    def _count_rendered(self, tag: int, content: str) -> int:
-        """Tokens of `§N§ content`, with one tokenizer call.
+    def _count_rendered(self, tag: int, content: str, entry: Entry) -> int:
+        """Tokens of `§N§ content` and of the entry's calls, with one tokenizer call.
 
         The non-ASCII `§` would make tiktoken re-encode the whole string to UTF-8 (an
         ASCII string is handed over as is), costing a fifth of ingest speed. `@` splits
@@ -176,9 +173,11 @@ class ContextState:
         are counted apart, which can only over-count (the prefix's space stops merging
         into the first word).
         """
+        calls = calls_text(entry.calls, entry.keys) if entry.calls else ""
+        extra = CALL_OVERHEAD * len(entry.calls)
         if self._ascii_tag:
-            return self.tokenizer.count(f"@{tag}@ {content}")
-        return self.tokenizer.count(content) + self.tokenizer.count(f"§{tag}§ ")
+            return self.tokenizer.count(f"@{tag}@ {content}{calls}") + extra
+        return self.tokenizer.count(content + calls) + self.tokenizer.count(f"§{tag}§ ") + extra
 
     def load(
         self, entries: list[Entry], summaries: list[SummaryEntry], records: list[ConstraintRecord], next_summary: int
@@ -383,18 +382,19 @@ class ContextState:
             self.units.setdefault(entry.unit, []).append(entry)
 
     def _open(self, entry: Entry) -> None:
+        tag, used = entry.tag, self._keys
         keys: list[str] = []
         for index, call in enumerate(entry.calls):
             if call.id:
-                self._open_calls[call.id] = entry.tag
-            key = call.id or f"call_{entry.tag}_{index}"
-            while key in self._keys:  # an id used before: the renderings need it unique
-                key = f"{key}_{entry.tag}"
-            self._keys.add(key)
+                self._open_calls[call.id] = tag
+            key = call.id or f"call_{tag}_{index}"
+            while key in used:  # an id used before: the renderings need it unique
+                key = f"{key}_{tag}"
+            used.add(key)
             keys.append(key)
         entry.keys = tuple(keys)
         if keys:
-            self.unanswered[entry.tag] = list(range(len(keys)))
+            self.unanswered[tag] = list(range(len(keys)))
 
     def _answer(self, entry: Entry) -> None:
         """Pair a result with the call it answers: the newest call with its id (the one
@@ -481,7 +481,7 @@ def check_message(
     ttl: float | None,
     created_at: float | None = None,
     tool_calls: object = None,
-) -> tuple[str, tuple[ToolCall, ...]]:
+) -> tuple[str, tuple[Call, ...]]:
     """The message's kind (defaulted from the role when None) and its calls, once every
     field is usable.
 

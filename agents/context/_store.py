@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from agents.context._archive import ARCHIVE_SCHEMA, SearchHit, index_pending, search_archive
+from agents.context._calls import Call
 from agents.context._errors import DomainMismatch, StoreError
 from agents.context._records import ConstraintRecord, Entry, SummaryEntry
-from schemas import ToolCall
 
 __all__ = ["Store", "SCHEMA_VERSION"]
 
@@ -350,15 +350,15 @@ def _entry(row: Sequence[Any]) -> Entry:
     return entry.sync_tokens()
 
 
-def _encode_calls(calls: tuple[ToolCall, ...]) -> str | None:
+def _encode_calls(calls: tuple[Call, ...]) -> str | None:
     """A message's calls as stored: `[[id, name, arguments], ...]`, or NULL for none."""
     if not calls:
         return None
     return json.dumps([[c.id, c.name, c.arguments] for c in calls], ensure_ascii=False, separators=(",", ":"))
 
 
-def _decode_calls(raw: str | None) -> tuple[ToolCall, ...]:
+def _decode_calls(raw: str | None) -> tuple[Call, ...]:
     """The calls `_encode_calls` stored (validated when written, so built unchecked)."""
     if not raw:
         return ()
-    return tuple(ToolCall.model_construct(id=i, name=n, arguments=a) for i, n, a in json.loads(raw))
+    return tuple(Call(i, n, a) for i, n, a in json.loads(raw))

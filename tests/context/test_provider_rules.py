@@ -123,7 +123,7 @@ def _anthropic(change: Any) -> dict[str, Any]:
         pytest.param(
             lambda m: m[2]["content"].pop(1), "without `tool_result` blocks immediately after: t2", id="unanswered"
         ),
-        pytest.param(lambda m: m[2]["content"].reverse(), "must come first", id="text-before-results"),
+        pytest.param(lambda m: m[2]["content"].reverse(), "at the beginning of this message", id="text-first"),
         pytest.param(lambda m: m[2]["content"][0].update(tool_use_id="t9"), "unexpected `tool_use_id`", id="unknown"),
         pytest.param(lambda m: m[2]["content"][1].update(tool_use_id="t1"), "more than one", id="answered-twice"),
         pytest.param(lambda m: m[1]["content"][2].update(id="t1"), "must be unique", id="duplicate-ids"),
