@@ -155,14 +155,12 @@ class _Run:
         return self.brief_tokens + 1 + self.ov if self.brief else 0
 
     def rules_cost(self) -> int:
-        """The pinned layer without the brief: pinned messages and constraint records (or
-        the opening line, when the head is that alone). A pin shown in the tail (newer
-        than the rolling layer's oldest message shown) is a message of its own there."""
-        if self.opening:
-            return self.opening_cost
+        """The pinned layer without the brief: pinned messages and constraint records, and
+        the opening line when the head is that alone. A pin shown in the tail (newer than
+        the rolling layer's oldest message shown) is a message of its own there."""
         first = self.first_rolling()
         items = 0
-        total = 0
+        total = self.opening_cost if self.opening else 0
         for e in self.st.pinned:
             if e.tag in self.omitted:
                 continue

@@ -17,6 +17,7 @@ __all__ = [
     "ChatMessage",
     "ConstraintRecord",
     "Entry",
+    "ReadOnly",
     "Layer",
     "Shown",
     "SummaryEntry",
@@ -162,7 +163,18 @@ class Entry:
         )
 
 
-class ChatMessage(dict[str, str]):
+class ReadOnly:
+    """Refuses every change to the dict it is mixed into (put it first in the bases)."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("composed messages are shared and read-only; copy one with dict(message) to change it")
+
+    __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = _refuse
+
+
+class ChatMessage(ReadOnly, dict[str, str]):  # type: ignore[misc]
     """A composed message. Read-only because composes share it: copy with `dict(m)` to edit.
 
     A plain `dict` subclass, so JSON encoders and chat clients take it as is; sharing
@@ -170,11 +182,6 @@ class ChatMessage(dict[str, str]):
     """
 
     __slots__ = ()
-
-    def _refuse(self, *args: object, **kwargs: object) -> None:
-        raise TypeError("composed messages are shared and read-only; copy one with dict(message) to change it")
-
-    __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = _refuse  # type: ignore[assignment]
 
 
 class Shown:

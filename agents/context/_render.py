@@ -108,8 +108,8 @@ def render(run: Plan) -> Composition:
             if tag not in run.omitted and st.entries[tag - 1].layer != "pinned"
         ]
     )
-    if run.opening:
-        pinned = [(None, "opening", OPENING, run.opening_cost - run.ov)]
+    if run.opening:  # nothing pinned in the head: the line stands there, late pins stay in the tail
+        pinned = [(None, "opening", OPENING, run.opening_cost), *(i for i in pinned if i[0] in in_tail)]
     summaries = [(s.text, s.tokens + 1) for s in st.summaries]
     brief, brief_tokens = run.brief, run.brief_tokens
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from agents.context._calls import anthropic_id, openai_id, wire_name
-from agents.context._records import ChatMessage, Shown
+from agents.context._records import ChatMessage, ReadOnly, Shown
 
 __all__ = ["STANDIN_RESULT", "Frozen", "Prompt", "to_anthropic", "to_openai", "tool_input"]
 
@@ -50,15 +50,10 @@ def tool_input(arguments: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"arguments": arguments}
 
 
-class Frozen(dict[str, Any]):
+class Frozen(ReadOnly, dict[str, Any]):  # type: ignore[misc]
     """A rendered message or block: shared by composes, so read-only; `dict(x)` copies it."""
 
     __slots__ = ()
-
-    def _refuse(self, *args: object, **kwargs: object) -> None:
-        raise TypeError("rendered messages are shared and read-only; copy one with dict(message) to change it")
-
-    __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = _refuse  # type: ignore[assignment]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +66,7 @@ class Prompt:
     """The user message after it: the pinned block, summary and brief (or the opening
     line, when the prompt would not start with a user message otherwise); None if empty."""
     rolling: Sequence[Shown]
-    """The rolling layer, oldest first."""
+    """The tail: the rolling layer, with the pins newer than its start at their places."""
     user_input: str
     """The new user input, last; may be empty."""
 

@@ -157,7 +157,9 @@ def test_a_pinned_turn_newer_than_the_tail_is_shown_at_its_place(make_ctx: MakeC
     assert anthropic["messages"][-1]["role"] == "user"
 
 
-def test_a_prompt_with_nothing_before_an_assistant_turn_opens_with_a_line(make_ctx: MakeContext) -> None:
+def test_a_prompt_with_nothing_before_an_assistant_turn_opens_with_a_line(
+    make_ctx: MakeContext, tokenizer: Any
+) -> None:
     ctx = make_ctx()
     ctx.add("assistant", "Hello! What shall we work on?")
     composition = ctx.compose("The flaky test, please.")
@@ -165,6 +167,12 @@ def test_a_prompt_with_nothing_before_an_assistant_turn_opens_with_a_line(make_c
     assert _roles(openai) == ["system", "user", "assistant", "user"]
     assert composition.report.layers["pinned"] > 0, "the line is counted"
     assert [m["role"] for m in anthropic["messages"]] == ["user", "assistant", "user"]
+    goal = ctx.add("user", "Fix the flaky cache test; never touch vendor/.")  # pinned, after the greeting
+    composition = ctx.compose()
+    openai, _ = _valid(composition)
+    assert _roles(openai) == ["system", "user", "assistant", "user"] and openai[-1]["content"].startswith(f"§{goal}§")
+    assert rendered_tokens(tokenizer, openai) <= composition.report.total
+    assert sum(view.tokens for view in composition.layers) == composition.report.total
     empty = make_ctx("empty.db").compose()
     assert [m["role"] for m in empty.to_anthropic()["messages"]] == ["user"], "a request needs a message"
 

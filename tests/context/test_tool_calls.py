@@ -204,3 +204,19 @@ def test_a_search_finds_a_call_by_its_arguments(make_ctx: MakeContext) -> None:
     ctx.add("tool", "nothing found", call_id="s1")
     hits = ctx.search("quux")
     assert [hit.tag for hit in hits] == [tag] and "quux" in hits[0].snippet
+
+
+def test_an_evicted_call_is_summarized_with_its_arguments(make_ctx: MakeContext) -> None:
+    ctx = make_ctx(window=1_500, settings={"reserve_system": 100, "reserve_output": 100, "protected_recent": 2})
+    ctx.add("user", "Make the cache tests pass.")
+    call = ctx.add(
+        "assistant", "", tool_calls=[{"id": "e1", "name": "bash", "arguments": '{"cmd": "pytest tests/test_cache.py"}'}]
+    )
+    ctx.add("tool", "1 failed, 3 passed", call_id="e1")
+    for i in range(120):
+        ctx.add("assistant", f"Step {i}: reading module m{i} of the cache layer and noting what it does.")
+    composition = ctx.compose()
+    assert call not in [item.tag for view in composition.layers if view.name == "rolling" for item in view.items]
+    summary = "\n".join(item.text for view in composition.layers if view.name == "summary" for item in view.items)
+    (line,) = [line for line in summary.splitlines() if line.startswith(f"§{call}§")]
+    assert "bash" in line and "pytest tests/test_cache.py" in line, line
