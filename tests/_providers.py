@@ -23,7 +23,7 @@ import anthropic.types as anthropic_types
 import openai.types.chat as openai_types
 from pydantic import TypeAdapter, ValidationError
 
-__all__ = ["Refused", "SdkTypes", "check_anthropic", "check_openai", "check_openai_layout"]
+__all__ = ["Refused", "SdkTypes", "check_anthropic", "check_openai", "check_openai_layout", "checked_renderings"]
 
 _FUNCTION_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _TOOL_USE_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
@@ -287,3 +287,15 @@ def check_anthropic(request: Mapping[str, Any], *, prefill: bool = False) -> Non
         tail = last["content"] if isinstance(last["content"], str) else last["content"][-1].get("text", "x")
         if tail != tail.rstrip():
             raise Refused("messages: final assistant content cannot end with trailing whitespace")
+
+
+def checked_renderings(composition: Any, *, prefill: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Both renderings of a `Composition`, each checked against its SDK's types and its
+    API's rules; returned for the caller to look into."""
+    openai, anthropic = composition.to_openai(), composition.to_anthropic()
+    check_openai_layout(openai)
+    check_openai(openai)
+    SdkTypes().openai(openai)
+    check_anthropic(anthropic, prefill=prefill)
+    SdkTypes().anthropic(anthropic)
+    return openai, anthropic

@@ -24,14 +24,16 @@ by later composes and is read-only, like `Composition.messages`; copy to change 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from agents.context._calls import anthropic_id, openai_id, wire_name
 from agents.context._records import ChatMessage, ReadOnly, Shown
 
 __all__ = ["STANDIN_RESULT", "Frozen", "Prompt", "to_anthropic", "to_openai", "tool_input"]
+
+T = TypeVar("T")
 
 STANDIN_RESULT: Final = "[no result was recorded for this call]"
 """The result a rendering shows for a call that has none yet (a turn cut short)."""
@@ -119,6 +121,14 @@ def _walk(rolling: Sequence[Shown]) -> Iterator[_Turn | _Result | _Said]:
         i = j
 
 
+def _form(shown: Shown, name: str, build: Callable[[Shown], T]) -> T:
+    """`build(shown)`, made the first time and kept on `shown` (its text never changes)."""
+    form: T | None = shown.wire.get(name)
+    if form is None:
+        form = shown.wire[name] = build(shown)
+    return form
+
+
 # -- Chat Completions ----------------------------------------------------------------------
 
 _OPENAI = "openai"
@@ -144,13 +154,10 @@ def to_openai(prompt: Prompt) -> list[dict[str, Any]]:
 
 
 def _openai_turn(group: Sequence[Shown]) -> dict[str, Any]:
-    if len(group) == 1:
-        only = group[0]
-        cached: dict[str, Any] | None = only.wire.get(_OPENAI)
-        if cached is None:
-            cached = only.wire[_OPENAI] = _openai_assistant(group) if only.calls else only.chat
-        return cached
-    return _openai_assistant(group)
+    if len(group) > 1:
+        return _openai_assistant(group)
+    only = group[0]
+    return _form(only, _OPENAI, lambda shown: _openai_assistant(group) if shown.calls else shown.chat)
 
 
 def _openai_assistant(group: Sequence[Shown]) -> dict[str, Any]:
@@ -168,22 +175,16 @@ def _openai_assistant(group: Sequence[Shown]) -> dict[str, Any]:
 
 
 def _openai_result(step: _Result) -> dict[str, Any]:
-    result = step.result
-    if result is None:
-        return Frozen(role="tool", tool_call_id=openai_id(step.key), content=STANDIN_RESULT)
-    cached: dict[str, Any] | None = result.wire.get(_OPENAI)
-    if cached is None:
-        cached = result.wire[_OPENAI] = Frozen(role="tool", tool_call_id=openai_id(step.key), content=result.text)
-    return cached
+    def tool(text: str) -> dict[str, Any]:
+        return Frozen(role="tool", tool_call_id=openai_id(step.key), content=text)
+
+    return tool(STANDIN_RESULT) if step.result is None else _form(step.result, _OPENAI, lambda r: tool(r.text))
 
 
 def _openai_said(message: Shown) -> dict[str, Any]:
     if message.role == "user":
         return message.chat
-    cached: dict[str, Any] | None = message.wire.get(_OPENAI_SAID)
-    if cached is None:
-        cached = message.wire[_OPENAI_SAID] = ChatMessage({"role": "user", "content": message.text})
-    return cached
+    return _form(message, _OPENAI_SAID, lambda shown: ChatMessage({"role": "user", "content": shown.text}))
 
 
 # -- Anthropic Messages --------------------------------------------------------------------
@@ -225,33 +226,25 @@ def _text(text: str) -> dict[str, Any]:
 
 
 def _anthropic_blocks(member: Shown) -> tuple[dict[str, Any], ...]:
-    cached: tuple[dict[str, Any], ...] | None = member.wire.get(_ANTHROPIC)
-    if cached is None:
-        uses = tuple(
+    def build(shown: Shown) -> tuple[dict[str, Any], ...]:
+        uses = (
             Frozen(type="tool_use", id=anthropic_id(key), name=wire_name(name), input=tool_input(arguments))
-            for key, name, arguments in member.calls
+            for key, name, arguments in shown.calls
         )
-        cached = member.wire[_ANTHROPIC] = (_text(member.text), *uses)
-    return cached
+        return (_text(shown.text), *uses)
+
+    return _form(member, _ANTHROPIC, build)
 
 
 def _anthropic_result(step: _Result) -> dict[str, Any]:
-    result = step.result
-    if result is None:
-        return Frozen(type="tool_result", tool_use_id=anthropic_id(step.key), content=STANDIN_RESULT)
-    cached: dict[str, Any] | None = result.wire.get(_ANTHROPIC)
-    if cached is None:
-        cached = result.wire[_ANTHROPIC] = Frozen(
-            type="tool_result", tool_use_id=anthropic_id(step.key), content=result.text
-        )
-    return cached
+    def result(text: str) -> dict[str, Any]:
+        return Frozen(type="tool_result", tool_use_id=anthropic_id(step.key), content=text)
+
+    return result(STANDIN_RESULT) if step.result is None else _form(step.result, _ANTHROPIC, lambda r: result(r.text))
 
 
 def _anthropic_text(message: Shown) -> dict[str, Any]:
-    cached: dict[str, Any] | None = message.wire.get(_ANTHROPIC_SAID)
-    if cached is None:
-        cached = message.wire[_ANTHROPIC_SAID] = _text(message.text)
-    return cached
+    return _form(message, _ANTHROPIC_SAID, lambda shown: _text(shown.text))
 
 
 def _strip_last(blocks: list[dict[str, Any]]) -> None:

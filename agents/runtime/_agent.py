@@ -69,6 +69,8 @@ class AgentConfig:
     store: Path
     """The agent's SQLite file: context, archive, nudge state, saved brief."""
     context: ContextConfig = field(default_factory=ContextConfig)
+    """The model's window and the agent's own system prompt (`ContextConfig.system_prompt`),
+    among the rest; the nudge floors follow the window."""
     heartbeat: float = DEFAULT_HEARTBEAT
     channel2: Channel2LeaseConfig = field(default_factory=Channel2LeaseConfig)
 
@@ -295,7 +297,8 @@ class Agent:
         return plan
 
     def compose(self, user_input: str = "") -> Composition:
-        """The prompt for the next model call: queued drops applied, the brief pinned."""
+        """The prompt for the next model call: queued drops applied, the shared brief in its
+        head. Send it with `Composition.to_openai()` or `to_anthropic()`."""
         dropped = bool(self._queued)
         if dropped:
             apply_queued_drops(self.context, self._queued)

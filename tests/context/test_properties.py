@@ -7,14 +7,13 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass, field
-from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agents.context import ContextConfig, LocalContext, Tokenizer
-from tests._providers import SdkTypes, check_anthropic, check_openai, check_openai_layout
-from tests.context.conftest import rendered_tokens
+from tests._providers import checked_renderings
+from tests.context.conftest import rendered_cost, rendered_tokens
 
 WORDS = (
     "must never cache token index layer budget 42 ms /srv/app.py error failed ok value window merge "
@@ -98,24 +97,8 @@ def _check(ctx: LocalContext, model: Model, tokenizer: Tokenizer, user_input: st
         present = [tag in shown for tag in unit]
         assert all(present) or not any(present), f"tool unit {unit} split: {present}"
         assert not set(unit) & set(pinned), "tool traffic is never pinned"
-    openai = result.to_openai()
-    check_openai_layout(openai)
-    check_openai(openai)
-    SdkTypes().openai(openai)
-    anthropic = result.to_anthropic()
-    check_anthropic(anthropic, prefill=True)  # a random history may end with an assistant turn
-    SdkTypes().anthropic(anthropic)
-    assert _recounted(tokenizer, openai, ctx.config.message_overhead) <= report.budget
-
-
-def _recounted(tokenizer: Tokenizer, messages: list[dict[str, Any]], overhead: int) -> int:
-    """The Chat Completions rendering counted afresh: texts, and each call's id, name, arguments."""
-    total = 0
-    for m in messages:
-        total += tokenizer.count(m["content"]) + overhead
-        for call in m.get("tool_calls", ()):
-            total += sum(tokenizer.count(part) for part in (call["id"], *call["function"].values()))
-    return total
+    openai, _ = checked_renderings(result, prefill=True)  # a random history may end with an assistant turn
+    assert rendered_cost(tokenizer, openai, ctx.config.message_overhead) <= report.budget
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

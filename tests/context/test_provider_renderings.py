@@ -22,6 +22,7 @@ from agents.context import BUILTIN_MODES, Composition, ContextConfig, LocalConte
 from agents.runtime import read_transcript
 from schemas import ToolCall
 from tests._providers import SdkTypes, check_anthropic, check_openai, check_openai_layout
+from tests.context.conftest import rendered_cost
 
 BUDGETS = (8_000, 16_000, 32_000)
 SESSIONS = 34
@@ -78,17 +79,6 @@ def _check_openai(
         assert _same_call(want, call["id"], call["function"]["name"], call["function"]["arguments"]), (call, want)
 
 
-def _recounted(tokenizer: Tokenizer, messages: Sequence[dict[str, Any]], overhead: int) -> int:
-    """What a rendering costs counted afresh: each message's text and each call's id,
-    name and arguments, plus a message's overhead."""
-    total = 0
-    for m in messages:
-        total += tokenizer.count(m["content"]) + overhead
-        for call in m.get("tool_calls", ()):
-            total += sum(tokenizer.count(part) for part in (call["id"], *call["function"].values()))
-    return total
-
-
 def _check_anthropic(
     request: dict[str, Any], expected: list[tuple[ToolCall, bool]], system: str, sdk: SdkTypes
 ) -> None:
@@ -131,7 +121,7 @@ def test_every_prompt_of_every_session_renders_for_both_providers(
                     _check_openai(openai, expected, system, sdk)
                     _check_anthropic(composition.to_anthropic(), expected, system, sdk)
                     if composes % _RECOUNT_EVERY == 0:
-                        cost = _recounted(tokenizer, openai, config.message_overhead)
+                        cost = rendered_cost(tokenizer, openai, config.message_overhead)
                         assert cost <= composition.report.total, f"{path.name}: under-counted"
                     composes += 1
                     renderings += 2

@@ -9,19 +9,9 @@ from typing import Any
 
 import pytest
 
-from agents.context import Composition, ContextConfig, LocalContext
-from tests._providers import SdkTypes, check_anthropic, check_openai, check_openai_layout
+from agents.context import ContextConfig, LocalContext
+from tests._providers import checked_renderings
 from tests.context.conftest import MakeContext, rendered_tokens
-
-
-def _valid(composition: Composition) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    openai, anthropic = composition.to_openai(), composition.to_anthropic()
-    check_openai_layout(openai)
-    check_openai(openai)
-    SdkTypes().openai(openai)
-    check_anthropic(anthropic)
-    SdkTypes().anthropic(anthropic)
-    return openai, anthropic
 
 
 def _roles(openai: list[dict[str, Any]]) -> list[str]:
@@ -39,7 +29,7 @@ def test_parallel_calls_recorded_one_message_each_go_out_as_one_turn(make_ctx: M
     ctx.add("assistant", "", tool_calls=[_call("p2", "execute_bash", '{"command": "cat log"}')])
     ctx.add("tool", "Navigated", call_id="p1")
     ctx.add("tool", "log text", call_id="p2")
-    openai, anthropic = _valid(ctx.compose())
+    openai, anthropic = checked_renderings(ctx.compose())
     assert _roles(openai) == ["system", "user", "assistant+calls", "tool", "tool"]
     assert [c["id"] for c in openai[2]["tool_calls"]] == ["p1", "p2"]
     assert [m["role"] for m in anthropic["messages"]] == ["user", "assistant", "user"]
@@ -51,7 +41,7 @@ def test_calls_without_ids_are_paired_with_the_results_after_them(make_ctx: Make
     for name in ("create", "edit"):
         ctx.add("assistant", f"{name} reproduce.py", tool_name=name)
         ctx.add("tool", f"{name} done", tool_name=name)
-    openai, _ = _valid(ctx.compose())
+    openai, _ = checked_renderings(ctx.compose())
     calls = [c["id"] for m in openai if m.get("tool_calls") for c in m["tool_calls"]]
     answers = [m["tool_call_id"] for m in openai if m["role"] == "tool"]
     assert calls == answers and len(set(calls)) == 2
@@ -64,7 +54,7 @@ def test_output_no_call_asked_for_goes_out_as_user_text(make_ctx: MakeContext) -
     ctx.add("assistant", "Ok.", tool_calls=[_call("k1")])
     stray = ctx.add("tool", "answer to nothing", call_id="zz")
     ctx.add("tool", "done", call_id="k1")
-    openai, _ = _valid(ctx.compose())
+    openai, _ = checked_renderings(ctx.compose())
     assert _roles(openai) == ["system", "user", "user", "assistant+calls", "tool", "user"]
     assert openai[2]["content"] == f"§{orphan}§ Read TODO.md (39 lines)"
     assert openai[5]["content"] == f"§{stray}§ answer to nothing", "its answer moves up to its call; the stray stays"
@@ -76,14 +66,14 @@ def test_a_turn_cut_short_gets_a_stand_in_result_counted_in_the_budget(make_ctx:
     ctx.add("assistant", "", tool_calls=[_call("a"), _call("b")])
     ctx.add("tool", "a ok", call_id="a")  # the process died before b returned
     composition = ctx.compose()
-    openai, _ = _valid(composition)
+    openai, _ = checked_renderings(composition)
     assert [(m["tool_call_id"], m["content"].endswith("a ok")) for m in openai if m["role"] == "tool"] == [
         ("a", True),
         ("b", False),
     ]
     assert rendered_tokens(tokenizer, composition.to_openai()) <= composition.report.total
     ctx.add("tool", "b ok", call_id="b")
-    openai, _ = _valid(ctx.compose())
+    openai, _ = checked_renderings(ctx.compose())
     assert [m["content"][-4:] for m in openai if m["role"] == "tool"] == ["a ok", "b ok"]
 
 
@@ -97,7 +87,7 @@ def test_a_dropped_call_keeps_its_id_and_name_and_its_result_its_pair(make_ctx: 
         ctx.add("user", "go on")
     before = ctx.compose()
     assert ctx.drop(call) == [call]
-    openai, anthropic = _valid(ctx.compose())
+    openai, anthropic = checked_renderings(ctx.compose())
     (turn,) = [m for m in openai if m.get("tool_calls")]
     assert turn["content"] == f"[dropped §{call}§]"
     assert [(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in turn["tool_calls"]] == [
@@ -117,8 +107,8 @@ def test_a_reused_id_and_names_and_ids_a_provider_refuses_are_mapped_the_same_wa
     ctx.add("tool", "read", call_id="call.1")
     ctx.add("assistant", "", tool_calls=[_call("call.1", "bash")])  # a host that reuses ids
     ctx.add("tool", "again", call_id="call.1")
-    first, anthropic = _valid(ctx.compose())
-    second, _ = _valid(ctx.compose())
+    first, anthropic = checked_renderings(ctx.compose())
+    second, _ = checked_renderings(ctx.compose())
     assert first == second
     names = [c["function"]["name"] for m in first if m.get("tool_calls") for c in m["tool_calls"]]
     assert names[0].startswith("Update_Todos_") and names[1].startswith("mcp_fs_read_") and names[2] == "bash"
@@ -135,7 +125,7 @@ def test_arguments_that_are_no_json_object_still_go_out(make_ctx: MakeContext) -
     ctx.add("assistant", "", tool_calls=[_call("j1", "bash", '{"cmd": "ls'), _call("j2", "bash", "[1, 2]")])
     ctx.add("tool", "error: the arguments are not JSON", call_id="j1")
     ctx.add("tool", "error: expected an object", call_id="j2")
-    openai, anthropic = _valid(ctx.compose())
+    openai, anthropic = checked_renderings(ctx.compose())
     assert [c["function"]["arguments"] for c in openai[2]["tool_calls"]] == ['{"cmd": "ls', "[1, 2]"]
     uses = [b["input"] for b in anthropic["messages"][1]["content"] if b["type"] == "tool_use"]
     assert uses == [{"arguments": '{"cmd": "ls'}, {"arguments": "[1, 2]"}]
@@ -149,7 +139,7 @@ def test_a_pinned_turn_newer_than_the_tail_is_shown_at_its_place(make_ctx: MakeC
     ctx.add("assistant", "I created bookminder/core and bookminder/conf.")
     turn = ctx.add("user", "Don't create packages without asking me first.")
     composition = ctx.compose()
-    openai, anthropic = _valid(composition)
+    openai, anthropic = checked_renderings(composition)
     assert openai[-1] == {"role": "user", "content": f"§{turn}§ Don't create packages without asking me first."}
     assert "Don't create" not in openai[1]["content"], "not in the head as well"
     pinned = next(view for view in composition.layers if view.name == "pinned")
@@ -163,13 +153,13 @@ def test_a_prompt_with_nothing_before_an_assistant_turn_opens_with_a_line(
     ctx = make_ctx()
     ctx.add("assistant", "Hello! What shall we work on?")
     composition = ctx.compose("The flaky test, please.")
-    openai, anthropic = _valid(composition)
+    openai, anthropic = checked_renderings(composition)
     assert _roles(openai) == ["system", "user", "assistant", "user"]
     assert composition.report.layers["pinned"] > 0, "the line is counted"
     assert [m["role"] for m in anthropic["messages"]] == ["user", "assistant", "user"]
     goal = ctx.add("user", "Fix the flaky cache test; never touch vendor/.")  # pinned, after the greeting
     composition = ctx.compose()
-    openai, _ = _valid(composition)
+    openai, _ = checked_renderings(composition)
     assert _roles(openai) == ["system", "user", "assistant", "user"] and openai[-1]["content"].startswith(f"§{goal}§")
     assert rendered_tokens(tokenizer, openai) <= composition.report.total
     assert sum(view.tokens for view in composition.layers) == composition.report.total
@@ -184,7 +174,7 @@ def test_the_chat_mode_hides_calls_with_their_results(make_ctx: MakeContext) -> 
     ctx.add("tool", "out", call_id="m1")
     ctx.add("assistant", "It is fine.")
     ctx.switch_mode("chat")
-    openai, _ = _valid(ctx.compose("And now?"))
+    openai, _ = checked_renderings(ctx.compose("And now?"))
     assert _roles(openai) == ["system", "user", "assistant", "user"]
 
 
@@ -265,7 +255,7 @@ def test_a_context_of_its_own_prompt_only_renders(tmp_path: Any, tokenizer: Any)
     with LocalContext(
         tmp_path / "p.db", "a/b/c", config=ContextConfig(window=4_000, system_prompt="Only me."), tokenizer=tokenizer
     ) as ctx:
-        openai, anthropic = _valid(ctx.compose("Hi."))
+        openai, anthropic = checked_renderings(ctx.compose("Hi."))
     assert openai == [{"role": "system", "content": "Only me."}, {"role": "user", "content": "Hi."}]
     assert anthropic == {
         "system": "Only me.",

@@ -12,22 +12,10 @@ import pytest
 
 from agents.context import InvalidMessage, LocalContext, StoreError, Tokenizer
 from schemas import ToolCall
-from tests._providers import SdkTypes, check_anthropic, check_openai, check_openai_layout
+from tests._providers import checked_renderings
 from tests.context.conftest import MakeContext
 
 FIXTURES = Path(__file__).with_name("fixtures")
-
-
-def _valid(ctx: LocalContext) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Both renderings of a compose, checked; returned for the test to look into."""
-    composition = ctx.compose()
-    openai, anthropic = composition.to_openai(), composition.to_anthropic()
-    check_openai_layout(openai)
-    check_openai(openai)
-    SdkTypes().openai(openai)
-    check_anthropic(anthropic)
-    SdkTypes().anthropic(anthropic)
-    return openai, anthropic
 
 
 def _calls(openai: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
@@ -66,7 +54,7 @@ def test_a_turn_records_each_of_its_calls_in_any_shape_a_host_has(make_ctx: Make
         ("toolu_3", "grep", '{"q": "TODO", "n": 3}'),
     ]
     assert [(c.id, c.name, c.arguments) for c in message.tool_calls] == want
-    openai, anthropic = _valid(ctx)
+    openai, anthropic = checked_renderings(ctx.compose())
     assert _calls(openai) == want, "the arguments byte for byte"
     assert [i for i, _ in _answers(openai)] == ["call_1", "call_2", "toolu_3"]
     turn = next(m for m in anthropic["messages"] if m["role"] == "assistant")
@@ -92,7 +80,7 @@ def test_the_single_call_form_keeps_working(make_ctx: MakeContext) -> None:
     tag = ctx.add("assistant", "pytest -q", tool_name="pytest", call_id="c1")
     ctx.add("tool", "3 passed", tool_name="pytest", call_id="c1")
     assert ctx.message(tag).tool_calls == (ToolCall(id="c1", name="pytest", arguments="{}"),)
-    openai, _ = _valid(ctx)
+    openai, _ = checked_renderings(ctx.compose())
     assert _calls(openai) == [("c1", "pytest", "{}")], "its arguments were never recorded"
     assert _answers(openai) == [("c1", f"§{tag + 1}§ 3 passed")]
 
@@ -106,7 +94,7 @@ def test_a_comma_joined_pair_is_read_as_the_calls_it_names(make_ctx: MakeContext
     message = ctx.message(tag)
     assert [(c.id, c.name) for c in message.tool_calls] == [("a1", "grep"), ("a2", "read")]
     assert (message.tool_name, message.call_id) == ("grep", "a1"), "no longer one joined name and id"
-    openai, _ = _valid(ctx)
+    openai, _ = checked_renderings(ctx.compose())
     assert [i for i, _ in _answers(openai)] == ["a1", "a2"]
 
 
@@ -170,7 +158,7 @@ def test_a_store_written_before_tool_calls_opens_and_reads_its_calls(tmp_path: P
         ]
         assert [(c.id, c.name) for c in messages[4].tool_calls] == [("", "open")]
         assert {m.state for m in messages} == {"active", "dropped", "archived"}, "states as they were"
-        openai, _ = _valid(ctx)
+        openai, _ = checked_renderings(ctx.compose())
         answered = dict(_answers(openai))
         assert answered["call_a"].startswith("§3§ tests/test_cache.py") and answered["call_b"].startswith("§4§ def")
         (made_up,) = [i for i, n, _ in _calls(openai) if n == "open"]
