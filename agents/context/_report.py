@@ -155,7 +155,9 @@ class Composition:
         Turns alternate from a user turn; each turn's calls are `tool_use` blocks and
         their results `tool_result` blocks, first in the next user turn (consecutive
         results in one turn). Pass it on with ``client.messages.create(model=...,
-        max_tokens=..., tools=..., **composition.to_anthropic())``.
+        max_tokens=..., tools=..., **composition.to_anthropic())``. A prompt that ends
+        with an assistant turn (nothing said since the model's last answer) is a prefill
+        there, which some models refuse: compose once there is something to answer.
         """
         return to_anthropic(self._prompt)
 
