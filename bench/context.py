@@ -5,9 +5,9 @@ tokens, composing before every assistant message (each model call), and prints p
 budget: ingest messages/s, compose p50/p95 ms, mean prompt tokens per turn against the
 full history, and how many of the early constraints listed in that folder's README are
 still in the prompt at the final message. Then a synthetic 5,000-message, 250k-token
-history at a 128k window, and a search over big archived logs. Ingest speed is set
-against bare tiktoken counting of the same messages, search against the bare FTS5 query
-it runs, each measured in the same run.
+history at a 128k window (with what rendering each compose for a provider costs), and a
+search over big archived logs. Ingest speed is set against bare tiktoken counting of the
+same messages, search against the bare FTS5 query it runs, each measured in the same run.
 
 Targets: compose p95 <= 5 ms at the 128k window; ingest >= 0.8x bare tiktoken.
 
@@ -237,6 +237,8 @@ def run_synthetic(messages: list[dict[str, object]], tmp: Path, tokenizer: Token
     )
     compose_ms: list[float] = []
     flush_ms: list[float] = []
+    openai_ms: list[float] = []
+    anthropic_ms: list[float] = []
     ingest_s = 0.0
     kept = True
     for m in messages:
@@ -245,8 +247,14 @@ def run_synthetic(messages: list[dict[str, object]], tmp: Path, tokenizer: Token
             result = ctx.compose()
             middle = time.perf_counter()
             ctx.flush()
+            flushed = time.perf_counter()
+            result.to_openai()
+            rendered = time.perf_counter()
+            result.to_anthropic()
             compose_ms.append((middle - start) * 1000)
-            flush_ms.append((time.perf_counter() - middle) * 1000)
+            flush_ms.append((flushed - middle) * 1000)
+            openai_ms.append((rendered - flushed) * 1000)
+            anthropic_ms.append((time.perf_counter() - rendered) * 1000)
             assert result.report.total <= result.report.budget
         start = time.perf_counter()
         add(ctx, m)
@@ -265,6 +273,10 @@ def run_synthetic(messages: list[dict[str, object]], tmp: Path, tokenizer: Token
         "max": max(compose_ms),
         "flush50": pct(flush_ms, 0.50),
         "flush95": pct(flush_ms, 0.95),
+        "openai50": pct(openai_ms, 0.50),
+        "openai95": pct(openai_ms, 0.95),
+        "anthropic50": pct(anthropic_ms, 0.50),
+        "anthropic95": pct(anthropic_ms, 0.95),
         "composes": len(compose_ms),
         "final": result.report.total,
         "kept": kept,
@@ -360,6 +372,10 @@ def main(argv: list[str] | None = None) -> int:
             f"target p95 <= 5 ms {'PASS' if s['p95'] <= 5 else 'FAIL'}"
         )
         print(f"  flush after each compose: p50 {s['flush50']:.2f} ms  p95 {s['flush95']:.2f} ms")
+        print(
+            f"  renderings of each compose: to_openai() p50 {s['openai50']:.2f} ms  p95 {s['openai95']:.2f} ms; "
+            f"to_anthropic() p50 {s['anthropic50']:.2f} ms  p95 {s['anthropic95']:.2f} ms"
+        )
         print(
             f"  ingest {s['ingest']:,.0f} msgs/s; final prompt {s['final']:,.0f} tokens; "
             f"{s['summaries']:.0f} summary entries; early constraints kept: {'yes' if s['kept'] else 'NO'}"

@@ -89,6 +89,7 @@ from schemas._message import (
     MessageKind,
     MessageRole,
     MessageState,
+    ToolCall,
     content_hash,
     message_id,
 )
@@ -201,6 +202,7 @@ __all__ = [
     "TEXT_MAX",
     "Tally",
     "TaskBrief",
+    "ToolCall",
     "UsageError",
     "WireError",
     "WrongMessageType",

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "Message",
+    "ToolCall",
     "MessageKind",
     "MessageRole",
     "MessageState",
@@ -57,6 +58,25 @@ def message_id(content: str, tag: int) -> str:
     return f"{content_hash(content)}-{tag}"
 
 
+class ToolCall(BaseModel):
+    """One call an assistant turn makes: which tool, with what, under which id.
+
+    Kept as the model produced it, so a rendering for a provider can give it back
+    exactly: `arguments` is the raw argument string (usually JSON), not a parsed object,
+    since a model may produce arguments that do not parse and the call still happened.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    """The call id the model gave it (`call_…`, `toolu_…`); results name it. May be empty
+    for hosts whose calls carry no ids; a rendering then makes one up from the tag."""
+    name: str = Field(min_length=1)
+    """The tool called."""
+    arguments: str = "{}"
+    """The arguments exactly as the model wrote them, usually a JSON object."""
+
+
 class Message(BaseModel):
     """A message with everything the context engine knows about it."""
 
@@ -73,9 +93,12 @@ class Message(BaseModel):
     content: str
     """The full text, verbatim; large tool output is still stored whole here."""
     tool_name: str | None = None
-    """Tool that was called (on a call) or that answered (on a result)."""
+    """Tool that answered (on a result), or that was called (on a call: its first call's;
+    every call is in `tool_calls`)."""
     call_id: str | None = None
-    """Call id(s) linking a call to its result; several calls are comma-joined."""
+    """The call a result answers, or a call's id (its first call's; see `tool_calls`)."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """Every call of an assistant turn, in order; empty on any other message."""
     importance: float = Field(default=0.5, ge=0.0, le=1.0)
     """0-1; at 0.8 or more the message is pinned."""
     ttl: float | None = Field(default=None, gt=0)
@@ -83,14 +106,17 @@ class Message(BaseModel):
     created_at: float
     """Unix epoch seconds when the message was recorded."""
     tokens: int = Field(ge=0)
-    """Tokens the message costs in the prompt: its content plus its `§N§ ` prefix, counted
-    once at ingest."""
+    """Tokens the message costs in the prompt: its content plus its `§N§ ` prefix and its
+    calls, counted once at ingest."""
     state: MessageState = "active"
     """Lifecycle state; see `MessageState`."""
 
     @property
     def call_ids(self) -> tuple[str, ...]:
-        """The call ids as a tuple (one message may make several calls)."""
+        """The call ids of a call (one message may make several calls), or the one a result
+        answers. A `call_id` stored comma-joined (before `tool_calls`) is split."""
+        if self.tool_calls:
+            return tuple(call.id for call in self.tool_calls if call.id)
         if not self.call_id:
             return ()
         return tuple(part.strip() for part in self.call_id.split(",") if part.strip())

@@ -23,6 +23,7 @@ def test_the_library_example_runs(tmp_path: Path) -> None:
     # The example's EmbeddedServer keeps its store in a temp dir: under tmp_path here. Should
     # the example hang, its nats-server (in a session of its own) is killed with it.
     env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp_path)}
+    env.pop("OPENAI_API_KEY", None)  # no model can run here: the example composes, and sends only with a key
     with Command(str(script), env=env, program=[sys.executable], cwd=tmp_path) as example:
         out, err = example.finish(timeout=120)
     assert example.proc.returncode == 0, err

@@ -2,7 +2,10 @@
 
 `LocalContext` keeps one agent's history in three layers under a token budget (pinned,
 rolling, summary), archives large tool output for `read`/`search`, and persists
-everything in the agent's SQLite file. See `DESIGN.md` section 3.
+everything in the agent's SQLite file. Its `compose()` gives a `Composition`, which
+renders the prompt for a provider: `to_openai()` (Chat Completions) or `to_anthropic()`
+(Messages API), each call of each turn paired with its result. See
+docs/ARCHITECTURE.md section 3.
 """
 
 from agents.context._archive import SearchHit

@@ -13,6 +13,7 @@ words of an English query do. Text without CJK is indexed exactly as written.
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 from collections.abc import Sequence
@@ -180,11 +181,22 @@ def index_pending(conn: sqlite3.Connection, domain: str, after: int) -> int:
     if newest > after:
         # The text passes through Python: SQLite's GLOB and LIKE stop at a NUL, and tool
         # output may hold one before its CJK text (FTS5 itself reads past it).
-        rows = conn.execute("SELECT tag, content FROM messages WHERE domain = ? AND tag > ?", (domain, after))
+        rows = conn.execute(
+            "SELECT tag, content, tool_calls FROM messages WHERE domain = ? AND tag > ?", (domain, after)
+        )
         conn.executemany(
-            "INSERT INTO archive_fts(rowid, content) VALUES (?, ?)", ((tag, _index_text(text)) for tag, text in rows)
+            "INSERT INTO archive_fts(rowid, content) VALUES (?, ?)",
+            ((tag, _index_text(_searchable(text, calls))) for tag, text, calls in rows),
         )
     return max(newest, after)
+
+
+def _searchable(content: str, calls: str | None) -> str:
+    """What a search looks through of a message: its content, then one line per call
+    (name and arguments), so that a command the agent ran is found by its words."""
+    if not calls:
+        return content
+    return "\n".join([content, *(f"{name} {arguments}" for _, name, arguments in json.loads(calls))])
 
 
 def _index_text(text: str) -> str:
@@ -233,7 +245,10 @@ def search_archive(conn: sqlite3.Connection, domain: str, query: str, limit: int
     ).fetchall()
     hits = []
     for tag, mid, kind, tool, layer, rank in ranked:
-        (text,) = conn.execute("SELECT content FROM messages WHERE domain = ? AND tag = ?", (domain, tag)).fetchone()
+        content, calls = conn.execute(
+            "SELECT content, tool_calls FROM messages WHERE domain = ? AND tag = ?", (domain, tag)
+        ).fetchone()
+        text = _searchable(content, calls)
         hits.append(
             SearchHit(
                 tag=tag,

@@ -10,6 +10,9 @@ tokenizing. What is given up when the prompt is over budget, in order:
    (whose oldest entries are merged to keep it under its cap);
 4. only when the rest alone is over budget: summary entries, remaining pins, the
    protected window, and last, hard constraints (reported, never silent) and the brief.
+
+The system message (the host's prompt, or the mode's template) is never given up: it
+is what the host said the model is, and a prompt that cannot hold it is an error.
 """
 
 from __future__ import annotations
@@ -21,10 +24,11 @@ from agents.context._config import LayerBudgets
 from agents.context._errors import InputTooLarge, InvalidConfig
 from agents.context._modes import ModeDescriptor
 from agents.context._records import LOW_VALUE_KINDS, Entry, eviction_value
-from agents.context._render import PINNED_HEADER, SUMMARY_HEADER, render
+from agents.context._render import OPENING, PINNED_HEADER, SUMMARY_HEADER, late_pins, render
 from agents.context._report import Composition, Trim, TrimReason, log_trim, logger
 from agents.context._state import ContextState
 from agents.context._summary import Summarizer
+from agents.context._wire import STANDIN_RESULT
 from schemas import MESSAGE_KINDS
 
 __all__ = ["compose", "protected_units"]
@@ -73,7 +77,8 @@ def compose(
 
     :param count: a cached token counter for texts that repeat across composes (the
         system text, the brief, headers).
-    :raises InvalidConfig: if the mode's system prompt alone does not fit the window.
+    :raises InvalidConfig: if the system prompt (the host's, or the mode's) alone does
+        not fit the window.
     :raises InputTooLarge: if `user_input` alone does not fit.
     """
     return _Run(state, summarizer, mode, user_input, brief, now, domain, count).execute()
@@ -101,18 +106,20 @@ class _Run:
         self.domain = domain
         self.count = count
         self.ov = self.cfg.message_overhead
-        self.sys_text = mode.system_text
+        host = self.cfg.system_prompt
+        self.sys_text = host if host is not None else mode.system_text
         self.sys_cost = count(self.sys_text) + self.ov
         self.user_input = user_input
         self.input_cost = state.tokenizer.count(user_input) + self.ov if user_input else 0
         # The system prompt may take its reserve plus all of the layers' room; past that it
-        # is the mode that does not fit, whatever the input, and blaming the input misleads.
+        # is the prompt that does not fit, whatever the input, and blaming the input misleads.
         room = self.cfg.window - self.cfg.reserve_output
         if self.sys_cost > room:
+            whose = "the host's system prompt" if host is not None else f"mode {mode.name!r}'s system prompt"
+            fix = "shorten it" if host is not None else "shorten the mode's system template"
             raise InvalidConfig(
-                f"mode {mode.name!r} has a system prompt of {self.sys_cost:,} tokens, over the {room:,} "
-                "tokens the window leaves for it after the output reserve; shorten the mode's system "
-                "template or use a model with a larger window"
+                f"{whose} takes {self.sys_cost:,} tokens, over the {room:,} tokens the window leaves for it "
+                f"after the output reserve; {fix} or use a model with a larger window"
             )
         excess = max(0, self.sys_cost - self.cfg.reserve_system)
         self.layers_cap = self.cfg.available - excess - self.input_cost
@@ -123,6 +130,12 @@ class _Run:
         self.brief_tokens = count(self.brief) if self.brief else 0
         self.summary_header = count(SUMMARY_HEADER)
         self.pinned_header = count(PINNED_HEADER)
+        self.standin_cost = count(STANDIN_RESULT) + self.ov
+        """A call shown with no result gets a stand-in result (see `agents.context._wire`)."""
+        self.opening = False
+        """Whether the head is `OPENING` alone: nothing else would come before an
+        assistant message (see `needs_opening`)."""
+        self.opening_cost = count(OPENING) + self.ov
         self.trims: list[Trim] = []
         self.promoted: list[int] = []
         self.notes: list[str] = []
@@ -135,20 +148,40 @@ class _Run:
     # -- costs -------------------------------------------------------------------------
 
     def pinned_cost(self) -> int:
+        """The pinned layer with the brief, which shares its cap."""
+        return self.rules_cost() + self.brief_cost()
+
+    def brief_cost(self) -> int:
+        return self.brief_tokens + 1 + self.ov if self.brief else 0
+
+    def rules_cost(self) -> int:
+        """The pinned layer without the brief: pinned messages and constraint records, and
+        the opening line when the head is that alone. A pin shown in the tail (newer than
+        the rolling layer's oldest message shown) is a message of its own there."""
+        first = self.first_rolling()
         items = 0
-        total = 0
-        if self.brief:
-            items += 1
-            total += self.brief_tokens + 1
+        total = self.opening_cost if self.opening else 0
         for e in self.st.pinned:
-            if e.tag not in self.omitted:
+            if e.tag in self.omitted:
+                continue
+            if e.tag > first:
+                total += e.shown_tokens + self.ov
+            else:
                 items += 1
                 total += e.shown_tokens + 1
         for tag, record in self.st.records.items():
             if tag not in self.omitted and self.st.entries[tag - 1].layer != "pinned":
                 items += 1
                 total += record.tokens + 1
-        return total + self.ov + self.pinned_header if items else 0
+        return total + (self.ov + self.pinned_header if items else 0)
+
+    def first_rolling(self) -> int:
+        """The tag of the oldest message the rolling layer shows, or one past the newest
+        tag when it shows none (no pin is newer)."""
+        for e in self.visible:
+            if e.layer == "rolling":
+                return e.tag
+        return self.st.next_tag
 
     def summary_cost(self) -> int:
         if not self.st.summaries:
@@ -157,12 +190,34 @@ class _Run:
 
     # -- the plan ----------------------------------------------------------------------
 
+    def needs_opening(self) -> bool:
+        """Whether the prompt would show no user message before its first other message
+        (nothing in the head, and the tail starting with an assistant turn) or no message
+        at all after the system one: user-first APIs refuse both."""
+        st, omitted = self.st, self.omitted
+        if self.summary_cost() or self.brief:
+            return False
+        if any(tag not in omitted and st.entries[tag - 1].layer != "pinned" for tag in st.records):
+            return False
+        rolling = [e for e in self.visible if e.layer == "rolling"]
+        late = late_pins(st, rolling, omitted)
+        if any(e.tag not in omitted and e not in late for e in st.pinned):
+            return False  # a pin in the head
+        first = min(rolling[:1] + late[:1], key=lambda e: e.tag, default=None)
+        return first.role == "assistant" if first is not None else not self.user_input
+
     def execute(self) -> Composition:
         self._rebuild()
         self._expire()
         while self.pinned_cost() > self.b.pinned and self._demote_one():
             self._rebuild()
         self._fit()
+        if self.needs_opening():
+            # Room for the line is taken from the layers and the fit run again; what it
+            # evicts may make a summary, which then opens the prompt instead.
+            self.layers_cap -= self.opening_cost
+            self._fit()
+            self.opening = self.needs_opening()
         if self.evicted:
             self.st.rolling = [e for e in self.st.rolling if e.layer == "rolling"]
         self.pinned_overflow = max(0, self.pinned_cost() - self.b.pinned)
@@ -181,11 +236,21 @@ class _Run:
         else:
             self.visible = [e for e in rolling if e.layer == "rolling" and e.kind in kinds]
         self.rolling_cost = sum([e.shown_tokens for e in self.visible]) + self.ov * len(self.visible)
+        if self.st.unanswered:
+            self.rolling_cost += sum(self._standins(e) for e in self.visible)
         self.protected = protected_units(self.visible, self.cfg.protected_recent)
         self.newest = self.visible[-1].tag if self.visible else 0
         self.candidates = self._candidates()
         self.window: list[int] = []
         self.values: dict[int, float] = {}
+
+    def standins(self, entries: list[Entry]) -> int:
+        """What the stand-in results of the calls among `entries` cost."""
+        return sum(self._standins(e) for e in entries) if self.st.unanswered else 0
+
+    def _standins(self, e: Entry) -> int:
+        waiting = self.st.unanswered.get(e.tag)
+        return len(waiting) * self.standin_cost if waiting else 0
 
     def _candidates(self) -> Iterator[int]:
         """Unprotected units in rolling, oldest first, each once."""
@@ -284,7 +349,7 @@ class _Run:
     def _evict(self, members: list[Entry], reason: TrimReason) -> int:
         freed = 0
         for e in members:
-            cost = e.shown_tokens + self.ov
+            cost = e.shown_tokens + self.ov + self._standins(e)
             freed += cost
             expired = e.expired(self.now)
             if (

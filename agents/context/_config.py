@@ -51,8 +51,14 @@ class ContextConfig:
 
     window: int = DEFAULT_WINDOW
     """The model's context window in tokens."""
+    system_prompt: str | None = None
+    """The host's own system prompt. Sent whole, as the one system message and first, in
+    every mode; counted against the window like everything else, and never demoted,
+    summarized or cut (a prompt that alone does not fit is an error at compose). None:
+    the mode's built-in template is the system message."""
     reserve_system: int = DEFAULT_RESERVE_SYSTEM
-    """Tokens kept for the system prompt (mode template + output constraint)."""
+    """Tokens kept for the system prompt (the host's, or the mode's template and output
+    constraint); a longer prompt takes the rest from the layers."""
     reserve_output: int = DEFAULT_RESERVE_OUTPUT
     """Tokens kept for the model's answer."""
     split: tuple[int, int, int] = DEFAULT_SPLIT
@@ -84,6 +90,12 @@ class ContextConfig:
 
     def __post_init__(self) -> None:
         _at_least("window", self.window, 1)
+        if self.system_prompt is not None and (
+            not isinstance(self.system_prompt, str) or not self.system_prompt.strip()
+        ):
+            raise InvalidConfig(
+                f"system_prompt must be text (or None, for the mode's template), got {self.system_prompt!r:.60}"
+            )
         _at_least("reserve_system", self.reserve_system, 0)
         _at_least("reserve_output", self.reserve_output, 0)
         _at_least("protected_recent", self.protected_recent, 0)

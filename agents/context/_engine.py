@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.context._archive import SearchHit, read_lines
+from agents.context._calls import skeleton_tokens
 from agents.context._compose import compose, protected_units
 from agents.context._config import ContextConfig
 from agents.context._errors import ContextClosed, DomainMismatch, InvalidMessage, UnknownMode, UnknownReference
@@ -20,7 +21,7 @@ from agents.context._state import ContextState, check_message
 from agents.context._store import Store
 from agents.context._summary import ExtractiveSummarizer, Summarizer
 from agents.context._tokens import Tokenizer
-from schemas import Domain, Message
+from schemas import Domain, Message, ToolCall
 
 __all__ = ["LocalContext"]
 
@@ -133,6 +134,7 @@ class LocalContext:
         content: str,
         *,
         kind: str | None = None,
+        tool_calls: Iterable[ToolCall | Mapping[str, Any]] | None = None,
         tool_name: str | None = None,
         call_id: str | None = None,
         importance: float | None = None,
@@ -141,16 +143,24 @@ class LocalContext:
     ) -> int:
         """Record a message and return its tag; it is counted once, here.
 
-        `kind` defaults from the role (tool -> tool_result, assistant with a tool name or
-        call id -> tool_call, else chat). `importance` defaults by role and kind; system
-        text and the first user message (the goal) are pinned. User and system messages
-        that state a constraint are pinned (short ones whole, long ones by their
-        constraint sentences). Tool output over `archive_threshold` is archived.
+        An assistant turn's calls go in `tool_calls`, each with its id, name and argument
+        string (a `ToolCall`, or a mapping: flat, an OpenAI tool call, or an Anthropic
+        `tool_use` block; see `ToolCall`). One call may instead be given as `tool_name`
+        and `call_id` (its arguments are then unknown). A tool result names the call it
+        answers with `call_id` (and the tool with `tool_name`); one without an id answers
+        the call before it.
+
+        `kind` defaults from the role (tool -> tool_result, assistant with calls ->
+        tool_call, else chat). `importance` defaults by role and kind; system text and the
+        first user message (the goal) are pinned. User and system messages that state a
+        constraint are pinned (short ones whole, long ones by their constraint
+        sentences). Tool output over `archive_threshold` is archived.
 
         Returns the tag rather than the `Message` because ingest is the hot path; get the
         full model with `message(tag)`.
 
-        :raises InvalidMessage: for an unknown role or kind, or an out-of-range value.
+        :raises InvalidMessage: for an unknown role or kind, an out-of-range value, or
+            calls that are malformed or on a message that cannot make them.
         """
         self._check_open()
         entry = self._state.add(
@@ -162,8 +172,23 @@ class LocalContext:
             importance=importance,
             ttl=ttl,
             created_at=self._clock() if created_at is None else created_at,
+            tool_calls=tool_calls,
         )
         return entry.tag
+
+    def annotate(self, ref: int | str, text: str) -> None:
+        """Append `text` to what the model is shown of a tool result, from the next compose on.
+
+        For what the host adds to a result on its way to the model, such as a Channel 1
+        reminder: it is shown inside that tool message, after the output (or after its
+        compact form, if archived), counted in the prompt's budget but not in the tail
+        (`TailItem.tokens`), and kept with the message. A drop replaces it with the rest.
+
+        :raises UnknownReference: if `ref` names no message, or one that is not a tool result.
+        """
+        self._check_open()
+        entry = self._resolve(ref)
+        self._state.annotate(entry.tag, text)
 
     def extend(self, messages: Iterable[Mapping[str, Any]]) -> list[int]:
         """`add` each mapping (keys as `add`'s parameters) and return their tags.
@@ -196,8 +221,10 @@ class LocalContext:
     def compose(self, user_input: str = "", *, brief: str | None = None) -> Composition:
         """The prompt for the next model call, and a report of what was trimmed and why.
 
-        Messages come in the order system (+ output constraint), summary, pinned (+ the
-        brief block), rolling, then `user_input`. The total never exceeds
+        The prompt is the system message (the host's `system_prompt`, else the mode's
+        template and output constraint), then one user message with the pinned block, the
+        summary and the brief, then the rolling layer, then `user_input`; send it with
+        `Composition.to_openai()` or `to_anthropic()`. The total never exceeds
         `window - reserve_output`. `user_input` is not recorded: `add` it once the turn is
         taken, so a retried compose does not repeat it.
 
@@ -271,7 +298,7 @@ class LocalContext:
         visible = [e for e in self._state.rolling if e.kind in self._mode.kinds]
         protected = protected_units(visible, self.config.protected_recent)
         return [
-            TailItem(e.tag, e.id, e.role, e.kind, e.tool_name, e.shown_tokens, e.state, e.unit in protected, e.unit)
+            TailItem(e.tag, e.id, e.role, e.kind, e.tool_name, e.tail_tokens, e.state, e.unit in protected, e.unit)
             for e in visible
         ]
 
@@ -299,7 +326,9 @@ class LocalContext:
                 continue
             e.state = "dropped"
             placeholder = drop_placeholder(e.tag)
-            e.set_compact(placeholder, self.tokenizer.count(placeholder))
+            # A dropped call still shows its id and name (its result may be shown).
+            tokens = self.tokenizer.count(placeholder) + skeleton_tokens(self.tokenizer.count, e.calls, e.keys)
+            e.set_compact(placeholder, tokens)
             self._state.touch(e)
             done.append(e.tag)
             logger.info(
@@ -571,5 +600,6 @@ def _message_fields(item: Mapping[str, Any]) -> dict[str, Any]:
         fields.get("importance"),
         fields.get("ttl"),
         fields.get("created_at"),
+        fields.get("tool_calls"),
     )
     return fields

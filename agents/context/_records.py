@@ -8,15 +8,18 @@ record and builds a `Message` only at its edges.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
+from agents.context._calls import EMPTY_ARGUMENTS, Call
 from schemas import Message
 
 __all__ = [
     "ChatMessage",
     "ConstraintRecord",
     "Entry",
+    "ReadOnly",
     "Layer",
+    "Shown",
     "SummaryEntry",
     "drop_placeholder",
     "eviction_value",
@@ -74,38 +77,68 @@ class Entry:
     compact_tokens: int = 0
     refs: int = 0
     """How often later turns, reads or searches referred to this message."""
+    note: str = ""
+    """Text the host appended to what the model is shown of this message (a Channel 1
+    reminder on a tool result). Shown after the content, or after the compact form; a
+    drop placeholder replaces both."""
+    note_tokens: int = 0
+    """Tokens of `note` (with one for the join); counted in the prompt, never in the tail."""
+    calls: tuple[Call, ...] = ()
+    """The calls this assistant turn made, in order; their tokens are in `tokens`."""
     shown_tokens: int = field(default=0, init=False)
-    """Tokens of `shown`, kept in step with `compact` (a plain attribute: compose sums it
-    over thousands of messages). Set by whoever builds the entry; see `sync_tokens`."""
-    chat: ChatMessage | None = field(default=None, init=False, repr=False)
-    """The cached chat message; None until first rendered or after `set_compact`."""
+    """Tokens of `shown` (calls included), kept in step with `compact` and `note` (a plain
+    attribute: compose sums it over thousands of messages). Set by whoever builds the
+    entry; see `sync_tokens`."""
+    keys: tuple[str, ...] = field(default=(), init=False)
+    """The id each call goes out under: its own, or one made up when it has none or an
+    earlier call took it (`ContextState` assigns them, in history order)."""
+    answers: str | None = field(default=None, init=False)
+    """On a tool result: the key of the call it answers; None if it answers none."""
+    view: Shown | None = field(default=None, init=False, repr=False)
+    """The cached rendering view; None until first rendered or after the shown text changed."""
 
     def sync_tokens(self) -> Entry:
         """Set `shown_tokens` from the stored fields (after loading a row)."""
-        self.shown_tokens = self.compact_tokens if self.compact is not None else self.tokens
+        base = self.compact_tokens if self.compact is not None else self.tokens
+        self.shown_tokens = base if self.state == "dropped" else base + self.note_tokens
         return self
+
+    @property
+    def tail_tokens(self) -> int:
+        """What tail hygiene counts of this message: all it shows but the host's note."""
+        return self.shown_tokens if self.state == "dropped" else self.shown_tokens - self.note_tokens
 
     @property
     def shown(self) -> str:
         """The text this message contributes to the prompt."""
         if self.compact is not None:
-            return self.compact
-        return f"§{self.tag}§ {self.content}"
+            return self.compact if self.state == "dropped" else self.compact + self.note
+        return f"§{self.tag}§ {self.content}{self.note}"
 
     def set_compact(self, text: str, tokens: int) -> None:
         """Show `text` (counted as `tokens`) instead of the content from now on."""
         self.compact = text
-        self.compact_tokens = self.shown_tokens = tokens
-        self.chat = None
+        self.compact_tokens = tokens
+        self.sync_tokens()
+        self.view = None
+
+    def add_note(self, text: str, tokens: int) -> None:
+        """Append `text` (counted as `tokens`) to what the model is shown of this message."""
+        self.note += text
+        self.note_tokens += tokens
+        self.sync_tokens()
+        self.view = None
 
     def chat_message(self) -> ChatMessage:
-        """This entry as an OpenAI-style message: built once, shared read-only by composes."""
-        if self.chat is None:
-            fields = {"role": self.role, "content": self.shown}
-            if self.role == "tool" and self.call_id:
-                fields["tool_call_id"] = self.call_id
-            self.chat = ChatMessage(fields)
-        return self.chat
+        """This entry as a neutral `{role, content}` message (results also carry
+        `tool_call_id`): built once, shared read-only by composes."""
+        return self.shown_view().chat
+
+    def shown_view(self) -> Shown:
+        """What a rendering needs of this entry, built once per shown text."""
+        if self.view is None:
+            self.view = Shown(self)
+        return self.view
 
     def expired(self, now: float) -> bool:
         """Whether the message's ttl has run out at `now`."""
@@ -121,6 +154,7 @@ class Entry:
             content=self.content,
             tool_name=self.tool_name,
             call_id=self.call_id,
+            tool_calls=tuple(call.to_tool_call() for call in self.calls),
             importance=self.importance,
             ttl=self.ttl,
             created_at=self.created_at,
@@ -129,7 +163,18 @@ class Entry:
         )
 
 
-class ChatMessage(dict[str, str]):
+class ReadOnly:
+    """Refuses every change to the dict it is mixed into (put it first in the bases)."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("composed messages are shared and read-only; copy one with dict(message) to change it")
+
+    __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = _refuse
+
+
+class ChatMessage(ReadOnly, dict[str, str]):  # type: ignore[misc]
     """A composed message. Read-only because composes share it: copy with `dict(m)` to edit.
 
     A plain `dict` subclass, so JSON encoders and chat clients take it as is; sharing
@@ -138,10 +183,40 @@ class ChatMessage(dict[str, str]):
 
     __slots__ = ()
 
-    def _refuse(self, *args: object, **kwargs: object) -> None:
-        raise TypeError("composed messages are shared and read-only; copy one with dict(message) to change it")
 
-    __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = _refuse  # type: ignore[assignment]
+class Shown:
+    """One message as the renderings need it, as shown at one state of its entry.
+
+    Built once per shown text and shared by every compose that shows it, like the
+    `ChatMessage` it holds: a composition keeps these rather than its entries, so a
+    later drop or note cannot change a prompt already composed. The provider forms
+    are cached here by the renderings (`agents.context._wire`), built on first use.
+    """
+
+    __slots__ = ("tag", "role", "kind", "text", "calls", "answers", "chat", "wire")
+
+    def __init__(self, entry: Entry) -> None:
+        self.tag = entry.tag
+        self.role = entry.role
+        self.kind = entry.kind
+        self.text = entry.shown
+        dropped = entry.state == "dropped"
+        self.calls: tuple[tuple[str, str, str], ...] = tuple(
+            (key, call.name, EMPTY_ARGUMENTS if dropped else call.arguments)
+            for key, call in zip(entry.keys, entry.calls, strict=True)
+        )
+        """(key, name, arguments) of each call; a dropped call keeps its id and name only."""
+        self.answers = entry.answers
+        """The key of the call a tool result answers, or None."""
+        fields = {"role": entry.role, "content": self.text}
+        if entry.role == "tool" and entry.call_id:
+            fields["tool_call_id"] = entry.call_id
+        self.chat = ChatMessage(fields)
+        self.wire: dict[str, Any] = {}
+        """Provider forms by name, filled by the renderings."""
+
+    def __repr__(self) -> str:
+        return f"<Shown §{self.tag}§ {self.role} {len(self.calls)} calls>"
 
 
 @dataclass(slots=True, eq=False)

@@ -1,8 +1,19 @@
-"""Rendering a fitted plan: the chat messages, the report, the layer views.
+"""Rendering a fitted plan: the prompt, the report, the layer views.
 
 Kept apart from the planner: it only reads the plan's outcome, and everything it emits
 comes from cached strings and counts, so it is linear in the rolling layer with a small
-constant (no tokenizing, one shared message object per entry).
+constant (no tokenizing, one shared view per entry).
+
+The prompt has a head that changes rarely and a tail that grows (docs/ARCHITECTURE.md
+section 3): the system message (the host's prompt verbatim, else the mode's template),
+then one user message holding, in this order, the pinned block (goal, constraints), the
+summary and the shared brief, then the rolling layer and the new input. The pinned rules
+change least and come first; the brief, which other agents change, comes last.
+
+A pinned message newer than the oldest message the rolling layer shows is shown at its
+place in the tail rather than in the head: the user's newest turn is the one the model
+answers, whatever it pinned, and a new pin then adds to the tail instead of rewriting
+the head. It moves to the pinned block once the rolling layer has moved past it.
 """
 
 from __future__ import annotations
@@ -12,14 +23,21 @@ from typing import Protocol
 
 from agents.context._config import ContextConfig, LayerBudgets
 from agents.context._modes import ModeDescriptor
+from agents.context._records import Entry
 from agents.context._report import ComposeReport, Composition, LayerItem, LayerView, Trim, logger
 from agents.context._state import ContextState
+from agents.context._wire import Prompt
 from schemas import MESSAGE_KINDS
 
-__all__ = ["PINNED_HEADER", "SUMMARY_HEADER", "Plan", "render"]
+__all__ = ["HEAD_SEPARATOR", "OPENING", "PINNED_HEADER", "SUMMARY_HEADER", "Plan", "late_pins", "render"]
 
+PINNED_HEADER = "[pinned: goal and constraints]\n"
 SUMMARY_HEADER = "[summary of earlier turns]\n"
-PINNED_HEADER = "[pinned: goal, constraints, shared brief]\n"
+HEAD_SEPARATOR = "\n\n"
+"""Between the pinned block, the summary and the brief in the head message."""
+OPENING = "[the conversation so far]"
+"""The head when nothing is pinned, summarized or briefed and the rolling layer starts
+with an assistant turn (or is empty): providers want a user message first."""
 
 
 class Plan(Protocol):
@@ -37,6 +55,8 @@ class Plan(Protocol):
     input_cost: int
     brief: str | None
     brief_tokens: int
+    opening: bool
+    opening_cost: int
     omitted: set[int]
     trims: list[Trim]
     promoted: list[int]
@@ -44,37 +64,72 @@ class Plan(Protocol):
     merges: int
     pinned_overflow: int
 
-    def pinned_cost(self) -> int: ...
+    def rules_cost(self) -> int: ...
+
+    def brief_cost(self) -> int: ...
 
     def summary_cost(self) -> int: ...
+
+    def standins(self, entries: list[Entry]) -> int: ...
+
+
+def late_pins(st: ContextState, rolling: list[Entry], omitted: set[int]) -> list[Entry]:
+    """The pinned messages shown at their place in the tail: those newer than the oldest
+    message of `rolling` (the rolling layer as shown)."""
+    if not rolling or not st.pinned or st.pinned[-1].tag < rolling[0].tag:
+        return []
+    first = rolling[0].tag
+    return [e for e in st.pinned if e.tag > first and e.tag not in omitted]
+
+
+def _in_order(rolling: list[Entry], late: list[Entry]) -> list[Entry]:
+    """`rolling` with the late pins put in at their places (both are in tag order)."""
+    if not late:
+        return rolling
+    return sorted([*rolling, *late], key=lambda e: e.tag)
 
 
 def render(run: Plan) -> Composition:
     """The prompt, report and (lazy) layer views of a finished plan."""
     st = run.st
-    brief, brief_tokens = run.brief, run.brief_tokens
-    pinned = sorted(
-        [(e.tag, e.kind, e.shown, e.shown_tokens + 1) for e in st.pinned if e.tag not in run.omitted]
+    kinds = run.mode.kinds
+    rolling = st.rolling if len(kinds) == len(MESSAGE_KINDS) else [e for e in st.rolling if e.kind in kinds]
+    late = late_pins(st, rolling, run.omitted)
+    in_tail = {e.tag for e in late}
+    pinned: list[tuple[int | None, str, str, int]] = sorted(
+        [
+            (e.tag, e.kind, e.shown, e.shown_tokens + (run.ov if e.tag in in_tail else 1))
+            for e in st.pinned
+            if e.tag not in run.omitted
+        ]
         + [
             (tag, "constraint", record.text, record.tokens + 1)
             for tag, record in st.records.items()
             if tag not in run.omitted and st.entries[tag - 1].layer != "pinned"
         ]
     )
-    pinned_items: list[tuple[int | None, str, str, int]] = [(None, "brief", brief, brief_tokens + 1)] if brief else []
-    pinned_items += pinned
+    if run.opening:  # nothing pinned in the head: the line stands there, late pins stay in the tail
+        pinned = [(None, "opening", OPENING, run.opening_cost), *(i for i in pinned if i[0] in in_tail)]
     summaries = [(s.text, s.tokens + 1) for s in st.summaries]
-    kinds = run.mode.kinds
-    rolling = st.rolling if len(kinds) == len(MESSAGE_KINDS) else [e for e in st.rolling if e.kind in kinds]
+    brief, brief_tokens = run.brief, run.brief_tokens
+
+    sections = [OPENING] if run.opening else []
+    in_head = [i[2] for i in pinned if i[0] not in in_tail]
+    if in_head and not run.opening:
+        sections.append(PINNED_HEADER + "\n".join(in_head))
+    if summaries:
+        sections.append(SUMMARY_HEADER + "\n".join(t for t, _ in summaries))
+    if brief:
+        sections.append(brief)
+    head = HEAD_SEPARATOR.join(sections) if sections else None
+    tail = [e.view or e.shown_view() for e in _in_order(rolling, late)]
+    prompt = Prompt(run.sys_text, head, tail, run.user_input)
 
     messages: list[dict[str, str]] = [{"role": "system", "content": run.sys_text}]
-    if summaries:
-        messages.append({"role": "system", "content": SUMMARY_HEADER + "\n".join(t for t, _ in summaries)})
-    if pinned_items:
-        messages.append({"role": "system", "content": PINNED_HEADER + "\n".join(i[2] for i in pinned_items)})
-    # Kept for the views: the caller owns `messages` and may edit it before inspect().
-    chats = [e.chat or e.chat_message() for e in rolling]
-    messages += chats
+    if head is not None:
+        messages.append({"role": "user", "content": head})
+    messages += [view.chat for view in tail]
+    shown = [e.view or e.shown_view() for e in rolling] if late else tail
     rolling_tokens = array("l", [e.shown_tokens for e in rolling])
     rolling = list(rolling) if rolling is st.rolling else rolling
     if run.user_input:
@@ -82,9 +137,10 @@ def render(run: Plan) -> Composition:
 
     layers = {
         "system": run.sys_cost,
+        "pinned": run.rules_cost(),
         "summary": run.summary_cost(),
-        "pinned": run.pinned_cost(),
-        "rolling": sum(rolling_tokens) + run.ov * len(rolling_tokens),
+        "brief": run.brief_cost(),
+        "rolling": sum(rolling_tokens) + run.ov * len(rolling_tokens) + run.standins(rolling),
         "input": run.input_cost,
     }
     report = ComposeReport(
@@ -119,20 +175,25 @@ def render(run: Plan) -> Composition:
 
     def views() -> tuple[LayerView, ...]:
         # Built on demand: compose itself never needs them, inspect() does.
-        rolling_texts = [m["content"] for m in chats]
         return (
             LayerView("system", sys_cost, sys_cost, (LayerItem(None, "system", sys_text, sys_cost),)),
+            LayerView("pinned", b.pinned, layers["pinned"], tuple(LayerItem(*item) for item in pinned)),
             LayerView(
                 "summary", b.summary, layers["summary"], tuple(LayerItem(None, "summary", t, n) for t, n in summaries)
             ),
-            LayerView("pinned", b.pinned, layers["pinned"], tuple(LayerItem(*item) for item in pinned_items)),
+            LayerView(
+                "brief",
+                b.pinned,
+                layers["brief"],
+                (LayerItem(None, "brief", brief, brief_tokens + 1),) if brief else (),
+            ),
             LayerView(
                 "rolling",
                 b.rolling,
                 layers["rolling"],
                 tuple(
-                    LayerItem(e.tag, e.kind, text, n + ov)
-                    for e, text, n in zip(rolling, rolling_texts, rolling_tokens, strict=True)
+                    LayerItem(e.tag, e.kind, view.text, n + ov, tuple(c.to_tool_call() for c in e.calls))
+                    for e, view, n in zip(rolling, shown, rolling_tokens, strict=True)
                 ),
             ),
             LayerView(
@@ -143,4 +204,4 @@ def render(run: Plan) -> Composition:
             ),
         )
 
-    return Composition(messages, report, views)
+    return Composition(messages, report, views, prompt)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from agents.context._config import LayerBudgets
+from agents.context._wire import Prompt, to_anthropic, to_openai
+from schemas import ToolCall
 
 __all__ = [
     "ComposeReport",
@@ -57,11 +59,14 @@ class LayerItem:
     tag: int | None
     """Message tag, or None for the brief block and summary entries."""
     kind: str
-    """Message kind, or `brief`, `constraint`, `summary`, `system`, `input`."""
+    """Message kind, or `brief`, `constraint`, `summary`, `system`, `input`, `opening`."""
     text: str
     """The exact text shown."""
     tokens: int
-    """Tokens this item costs in its layer (cached count plus join margin)."""
+    """Tokens this item costs in its layer (cached count plus join margin, its calls
+    included)."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """The calls an assistant turn makes, shown with its text."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +74,7 @@ class LayerView:
     """One layer of a composed prompt."""
 
     name: str
-    """system, summary, pinned, rolling or input."""
+    """system, pinned, summary, brief, rolling or input, in prompt order."""
     budget: int
     """The layer's cap for this compose (for system and input: their own size)."""
     tokens: int
@@ -89,7 +94,8 @@ class ComposeReport:
     total: int
     """Tokens of the composed prompt; never above `budget`."""
     layers: dict[str, int]
-    """Tokens per layer: system, summary, pinned, rolling, input."""
+    """Tokens per layer: system, pinned, summary, brief (which shares pinned's cap),
+    rolling, input."""
     budgets: LayerBudgets
     """Caps of pinned, rolling and summary for this compose."""
     trims: tuple[Trim, ...]
@@ -107,19 +113,53 @@ class ComposeReport:
 
 
 class Composition:
-    """The messages to send, the report, and (on demand) the layer-by-layer view."""
+    """The prompt of one compose: as a provider takes it (`to_openai`, `to_anthropic`),
+    in a neutral form (`messages`), and layer by layer (`layers`), with its report.
 
-    __slots__ = ("messages", "report", "_views", "_layers")
+    It is fixed when composed: changes to the context since (drops, new messages) show
+    in the next compose, not in this one's renderings.
+    """
+
+    __slots__ = ("messages", "report", "_views", "_layers", "_prompt")
 
     def __init__(
-        self, messages: list[dict[str, str]], report: ComposeReport, views: Callable[[], tuple[LayerView, ...]]
+        self,
+        messages: list[dict[str, str]],
+        report: ComposeReport,
+        views: Callable[[], tuple[LayerView, ...]],
+        prompt: Prompt,
     ) -> None:
         self.messages = messages
-        """OpenAI-style `{role, content}` messages (tool results also carry `tool_call_id`)."""
+        """The neutral form: `{role, content}` per message, as recorded (tool results also
+        carry their `tool_call_id`; calls are not shown). Use a rendering to send it."""
         self.report = report
         """Accounting and trims."""
         self._views = views
         self._layers: tuple[LayerView, ...] | None = None
+        self._prompt = prompt
+
+    def to_openai(self) -> list[dict[str, Any]]:
+        """The prompt as Chat Completions `messages`.
+
+        Exactly one system message, first: the host's system prompt (or the mode's
+        template). Then a user message: the pinned block, summary and brief. Assistant
+        turns carry their `tool_calls` (id, function name, the arguments as recorded);
+        each call's `tool` message, with its `tool_call_id`, follows the turn that made
+        it. The list is new at each call; the messages in it are shared and read-only.
+        """
+        return to_openai(self._prompt)
+
+    def to_anthropic(self) -> dict[str, Any]:
+        """The prompt as the `system` and `messages` of a Messages API request.
+
+        Turns alternate from a user turn; each turn's calls are `tool_use` blocks and
+        their results `tool_result` blocks, first in the next user turn (consecutive
+        results in one turn). Pass it on with ``client.messages.create(model=...,
+        max_tokens=..., tools=..., **composition.to_anthropic())``. A prompt that ends
+        with an assistant turn (nothing said since the model's last answer) is a prefill
+        there, which some models refuse: compose once there is something to answer.
+        """
+        return to_anthropic(self._prompt)
 
     @property
     def layers(self) -> tuple[LayerView, ...]:
@@ -142,7 +182,8 @@ class TailItem:
     kind: str
     tool_name: str | None
     tokens: int
-    """Tokens it costs now (compact or placeholder size if archived or dropped)."""
+    """Tokens it costs now (compact or placeholder size if archived or dropped), without a
+    note the host appended to it (a Channel 1 reminder is not the agent's to release)."""
     state: str
     protected: bool
     """Inside the protected recent window."""

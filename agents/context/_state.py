@@ -13,9 +13,10 @@ import math
 import re
 
 from agents.context._archive import compact_form
+from agents.context._calls import CALL_OVERHEAD, Call, calls_text, calls_tokens, coerce_calls, legacy_calls
 from agents.context._classify import constraint_text, has_constraint
 from agents.context._config import ContextConfig
-from agents.context._errors import InvalidMessage
+from agents.context._errors import InvalidMessage, UnknownReference
 from agents.context._records import ConstraintRecord, Entry, SummaryEntry
 from agents.context._report import logger
 from agents.context._tokens import Tokenizer
@@ -86,6 +87,11 @@ class ContextState:
         """Members of each tool call/result unit, by the unit's first tag (a message that
         stands alone has no entry here: see `members`)."""
         self._open_calls: dict[str, int] = {}
+        self._keys: set[str] = set()
+        """Every call key handed out: a call whose id an earlier call had gets another."""
+        self.unanswered: dict[int, list[int]] = {}
+        """Calls no result answers yet: the call's tag -> the indexes of those calls. A
+        rendering shows a stand-in result for each one it shows."""
         self._record_keys: dict[str, int] = {}
         """Normalized constraint text -> the tag that stated it first (dedupes restatements)."""
         self._has_user = False
@@ -109,18 +115,20 @@ class ContextState:
         importance: float | None,
         ttl: float | None,
         created_at: float,
+        tool_calls: object = None,
     ) -> Entry:
         """Record one message: count it once, archive it if large, pin it if it binds.
 
         :raises InvalidMessage: naming the field and value that cannot be used.
         """
-        kind = check_message(role, content, kind, tool_name, call_id, importance, ttl, created_at)
+        kind, calls = check_message(role, content, kind, tool_name, call_id, importance, ttl, created_at, tool_calls)
+        if calls:  # a comma-joined legacy pair names its first call, like tool_calls do
+            tool_name, call_id = calls[0].name, calls[0].id or None
         tag = len(self.entries) + 1
         content = _replace_surrogates(content, tag)
         user_turn = _is_user_turn(role, kind, content)
         if importance is None:
             importance = default_importance(role, kind, first_user=user_turn and not self._has_user)
-        tokens = self._count_rendered(tag, content)
         entry = Entry(
             tag,
             message_id(content, tag),
@@ -132,10 +140,11 @@ class ContextState:
             float(importance),
             None if ttl is None else float(ttl),
             float(created_at),
-            tokens,
+            0,
+            calls=calls,
         )
-        entry.shown_tokens = tokens
-        self._join_unit(entry)
+        self._join_unit(entry)  # first: the calls are counted under the keys it gives them
+        entry.tokens = entry.shown_tokens = self._count_rendered(tag, content, entry)
         if user_turn:
             self._has_user = True
         if kind == "tool_result" and entry.tokens > self.config.archive_threshold:
@@ -154,8 +163,8 @@ class ContextState:
             self.ttl_tags.add(tag)
         return entry
 
-    def _count_rendered(self, tag: int, content: str) -> int:
-        """Tokens of `§N§ content`, with one tokenizer call.
+    def _count_rendered(self, tag: int, content: str, entry: Entry) -> int:
+        """Tokens of `§N§ content` and of the entry's calls, with one tokenizer call.
 
         The non-ASCII `§` would make tiktoken re-encode the whole string to UTF-8 (an
         ASCII string is handed over as is), costing a fifth of ingest speed. `@` splits
@@ -164,14 +173,21 @@ class ContextState:
         are counted apart, which can only over-count (the prefix's space stops merging
         into the first word).
         """
+        calls = calls_text(entry.calls, entry.keys) if entry.calls else ""
+        extra = CALL_OVERHEAD * len(entry.calls)
         if self._ascii_tag:
-            return self.tokenizer.count(f"@{tag}@ {content}")
-        return self.tokenizer.count(content) + self.tokenizer.count(f"§{tag}§ ")
+            return self.tokenizer.count(f"@{tag}@ {content}{calls}") + extra
+        return self.tokenizer.count(content + calls) + self.tokenizer.count(f"§{tag}§ ") + extra
 
     def load(
         self, entries: list[Entry], summaries: list[SummaryEntry], records: list[ConstraintRecord], next_summary: int
     ) -> None:
         """Rebuild the in-memory state from stored rows."""
+        legacy = [e for e in entries if e.kind == "tool_call" and not e.calls]
+        for entry in legacy:
+            # A row from before `tool_calls`: its calls are its name and id, with no
+            # arguments (their cost is counted below, once they have their keys).
+            entry.calls = legacy_calls(entry.tool_name, entry.call_id)
         self.entries = entries
         self.summaries = summaries
         self.summary_tokens = sum(e.tokens + 1 for e in summaries)
@@ -180,8 +196,13 @@ class ContextState:
         self.next_summary_id = next_summary
         self._has_user = any(_is_user_turn(e.role, e.kind, e.content) for e in entries)
         self.units = {}
+        self._open_calls, self._keys, self.unanswered = {}, set(), {}
         for entry in entries:
             self._join_unit(entry)
+        for entry in legacy:
+            if entry.calls:
+                entry.tokens += calls_tokens(self.tokenizer.count, entry.calls, entry.keys)
+                entry.sync_tokens()
 
     def reindex(self) -> None:
         """Rebuild the layer lists, the ttl set and the restatement keys from the entries
@@ -210,6 +231,19 @@ class ContextState:
     def members(self, unit: int) -> list[Entry]:
         """The messages of a unit, in order."""
         return self.units.get(unit) or [self.entries[unit - 1]]
+
+    def annotate(self, tag: int, text: str) -> Entry:
+        """Append `text` to what the model is shown of tool result §tag§.
+
+        :raises UnknownReference: if there is no such message, or it is not a tool result.
+        """
+        entry = self.entry(tag)
+        if entry is None or entry.kind != "tool_result":
+            what = "no message" if entry is None else f"a {entry.kind} message"
+            raise UnknownReference(f"§{tag}§ is {what}; only a tool result takes a note")
+        entry.add_note(text, self.tokenizer.count(text) + 1 if text else 0)
+        self.touch(entry)
+        return entry
 
     def touch(self, entry: Entry) -> None:
         """Mark an entry as changed so the next flush writes it."""
@@ -331,14 +365,52 @@ class ContextState:
         self.dirty = {e.tag: e for e in changed} | self.dirty
 
     def _join_unit(self, entry: Entry) -> None:
-        """Tool calls open a unit; their results join it. Everything else stands alone."""
+        """Tool calls open a unit; their results join it. Everything else stands alone.
+
+        Also pairs each result with the call it answers, for the renderings: the oldest
+        unanswered call with its id, or (a result with no id) the first unanswered call
+        of the unit it joins. Run in history order, at ingest and again at load, so it
+        pairs the same way every time.
+        """
         if not entry.unit:
             entry.unit = self._unit_for(entry)
         if entry.kind == "tool_call":
-            for cid in _split_ids(entry.call_id):
-                self._open_calls[cid] = entry.tag
+            self._open(entry)
+        elif entry.kind == "tool_result":
+            self._answer(entry)
         if entry.kind == "tool_call" or entry.unit != entry.tag:
             self.units.setdefault(entry.unit, []).append(entry)
+
+    def _open(self, entry: Entry) -> None:
+        tag, used = entry.tag, self._keys
+        keys: list[str] = []
+        for index, call in enumerate(entry.calls):
+            if call.id:
+                self._open_calls[call.id] = tag
+            key = call.id or f"call_{tag}_{index}"
+            while key in used:  # an id used before: the renderings need it unique
+                key = f"{key}_{tag}"
+            used.add(key)
+            keys.append(key)
+        entry.keys = tuple(keys)
+        if keys:
+            self.unanswered[tag] = list(range(len(keys)))
+
+    def _answer(self, entry: Entry) -> None:
+        """Pair a result with the call it answers: the newest call with its id (the one
+        whose unit it joins), or the unit's first unanswered call if it has no id."""
+        waiting = self.unanswered.get(entry.unit) if entry.unit != entry.tag else None
+        if not waiting:
+            return
+        ids = _split_ids(entry.call_id)
+        calls = self.entries[entry.unit - 1].calls
+        index = next((i for i in waiting if calls[i].id in ids), None) if ids else waiting[0]
+        if index is None:
+            return
+        waiting.remove(index)
+        if not waiting:
+            del self.unanswered[entry.unit]
+        entry.answers = self.entries[entry.unit - 1].keys[index]
 
     def _unit_for(self, entry: Entry) -> int:
         if entry.kind != "tool_result":
@@ -408,11 +480,15 @@ def check_message(
     importance: float | None,
     ttl: float | None,
     created_at: float | None = None,
-) -> str:
-    """The message's kind (defaulted from the role when None), once every field is usable.
+    tool_calls: object = None,
+) -> tuple[str, tuple[Call, ...]]:
+    """The message's kind (defaulted from the role when None) and its calls, once every
+    field is usable.
 
     Content may hold lone surrogates (`add` replaces them); identifiers may not, since a
-    replaced call id could pair a result with the wrong call.
+    replaced call id could pair a result with the wrong call. A call given by
+    `tool_name`/`call_id` alone (the single-call form, or the older comma-joined one) is
+    turned into its `ToolCall`s, with no arguments.
 
     :raises InvalidMessage: naming the field and value that cannot be used.
     """
@@ -420,10 +496,20 @@ def check_message(
         raise InvalidMessage(f"role {role!r} is not one of {', '.join(MESSAGE_ROLES)}")
     if content.__class__ is not str and not isinstance(content, str):
         raise InvalidMessage(f"content must be a string, got {type(content).__name__}")
+    calls = coerce_calls(tool_calls) if tool_calls is not None else ()
+    if calls:
+        if role != "assistant":
+            raise InvalidMessage(f"only an assistant message makes tool calls, not role {role!r}")
+        if kind not in (None, "tool_call"):
+            raise InvalidMessage(f"a message with tool_calls is a 'tool_call', not kind {kind!r}")
+        if tool_name is not None or call_id is not None:
+            raise InvalidMessage(
+                "give a turn's calls either in tool_calls or, one call, as tool_name and call_id; not both"
+            )
     if kind is None:
         if role == "tool":
             kind = "tool_result"
-        elif role == "assistant" and (tool_name or call_id):
+        elif role == "assistant" and (tool_name or call_id or calls):
             kind = "tool_call"
         else:
             kind = "chat"
@@ -454,7 +540,9 @@ def check_message(
             f"created_at must be seconds since the epoch (a finite number), got {type(created_at).__name__} "
             f"{created_at!r:.60}"
         )
-    return kind
+    if kind == "tool_call" and not calls:
+        calls = legacy_calls(tool_name, call_id)
+    return kind, calls
 
 
 def _surrogate_at(text: str) -> int:

@@ -18,12 +18,20 @@ from pathlib import Path
 from typing import Any
 
 from agents.context._archive import ARCHIVE_SCHEMA, SearchHit, index_pending, search_archive
+from agents.context._calls import Call
 from agents.context._errors import DomainMismatch, StoreError
 from agents.context._records import ConstraintRecord, Entry, SummaryEntry
 
 __all__ = ["Store", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
+"""2 added each message's tool calls and the note shown after it (a Channel 1 reminder).
+A store of schema 1 is upgraded in place when opened: the columns are added, empty, and
+a call recorded then is read back from its `tool_name` and `call_id`."""
+_UPGRADES = {
+    "1": (("note", "TEXT NOT NULL DEFAULT ''"), ("note_tokens", "INTEGER NOT NULL DEFAULT 0"), ("tool_calls", "TEXT")),
+}
+"""The message columns a store of each older schema lacks, with their definitions."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -32,7 +40,8 @@ CREATE TABLE IF NOT EXISTS messages (
     role TEXT NOT NULL, kind TEXT NOT NULL, content TEXT NOT NULL,
     tool_name TEXT, call_id TEXT, importance REAL NOT NULL, ttl REAL, created_at REAL NOT NULL,
     tokens INTEGER NOT NULL, state TEXT NOT NULL, layer TEXT NOT NULL, unit INTEGER NOT NULL,
-    pin TEXT NOT NULL, compact TEXT, compact_tokens INTEGER NOT NULL, refs INTEGER NOT NULL
+    pin TEXT NOT NULL, compact TEXT, compact_tokens INTEGER NOT NULL, refs INTEGER NOT NULL,
+    note TEXT NOT NULL DEFAULT '', note_tokens INTEGER NOT NULL DEFAULT 0, tool_calls TEXT
 );
 CREATE TABLE IF NOT EXISTS summaries (
     id INTEGER PRIMARY KEY, domain TEXT NOT NULL, first_tag INTEGER NOT NULL,
@@ -49,8 +58,9 @@ CREATE TABLE IF NOT EXISTS snapshots (
 
 _ENTRY_COLUMNS = (
     "tag, id, role, kind, content, tool_name, call_id, importance, ttl, created_at, tokens, "
-    "state, layer, unit, pin, compact, compact_tokens, refs"
+    "state, layer, unit, pin, compact, compact_tokens, refs, note, note_tokens, tool_calls"
 )
+_INSERT_ENTRY = f"INSERT INTO messages(domain, {_ENTRY_COLUMNS}) VALUES (?{', ?' * (_ENTRY_COLUMNS.count(',') + 1)})"
 
 
 class Store:
@@ -63,7 +73,8 @@ class Store:
     :param path: the database file (created if missing) or ":memory:".
     :param domain: the `user/session/task` display form this store serves.
     :raises DomainMismatch: if the file is already bound to another domain.
-    :raises StoreError: if the file is not a ctxbus context store of a known schema.
+    :raises StoreError: if the file is not a ctxbus context store of a known schema, or
+        one of an older schema that cannot be upgraded.
     """
 
     def __init__(self, path: str | Path, domain: str) -> None:
@@ -92,10 +103,27 @@ class Store:
         if bound is not None and bound != domain:
             raise DomainMismatch(bound, domain)
         version = meta.get("schema", SCHEMA_VERSION)
-        if version != SCHEMA_VERSION:
-            raise StoreError(f"context store {self.path!r} has schema {version!r}; this build reads {SCHEMA_VERSION!r}")
+        if version != SCHEMA_VERSION and version not in _UPGRADES:
+            raise StoreError(
+                f"context store {self.path!r} has schema {version!r}; this build reads {SCHEMA_VERSION!r} "
+                f"and upgrades {', '.join(map(repr, _UPGRADES))}"
+            )
+        if version in _UPGRADES:
+            self._upgrade(version)
         if bound is None:
             self.write_meta({"domain": domain, "schema": SCHEMA_VERSION})
+
+    def _upgrade(self, version: str) -> None:
+        """Bring a store of schema `version` to this one, in one transaction.
+
+        :raises StoreError: if the file cannot be changed (read-only, locked, full).
+        """
+        with self._transaction():
+            columns = {row[1] for row in self._conn.execute("PRAGMA table_info(messages)")}
+            for column, definition in _UPGRADES[version]:
+                if column not in columns:
+                    self._conn.execute(f"ALTER TABLE messages ADD COLUMN {column} {definition}")
+            self._conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema', ?)", (SCHEMA_VERSION,))
 
     def check(self, domain: str) -> None:
         """Refuse any request for another domain's data.
@@ -125,7 +153,7 @@ class Store:
         rows = self._conn.execute(
             f"SELECT {_ENTRY_COLUMNS} FROM messages WHERE domain = ? ORDER BY tag", (domain,)
         ).fetchall()
-        return [Entry(*row).sync_tokens() for row in rows]
+        return [_entry(row) for row in rows]
 
     def load_summaries(self, domain: str) -> list[SummaryEntry]:
         """The summary layer of `domain`, oldest first."""
@@ -168,15 +196,14 @@ class Store:
         self.check(domain)
         with self._transaction():
             if new:
-                self._conn.executemany(
-                    f"INSERT INTO messages(domain, {_ENTRY_COLUMNS}) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [_entry_row(domain, e) for e in new],
-                )
+                self._conn.executemany(_INSERT_ENTRY, [_entry_row(domain, e) for e in new])
             self._conn.executemany(
-                "UPDATE messages SET state = ?, layer = ?, pin = ?, compact = ?, compact_tokens = ?, refs = ? "
-                "WHERE tag = ? AND domain = ?",
-                [(e.state, e.layer, e.pin, e.compact, e.compact_tokens, e.refs, e.tag, domain) for e in changed],
+                "UPDATE messages SET state = ?, layer = ?, pin = ?, compact = ?, compact_tokens = ?, refs = ?, "
+                "note = ?, note_tokens = ? WHERE tag = ? AND domain = ?",
+                [
+                    (e.state, e.layer, e.pin, e.compact, e.compact_tokens, e.refs, e.note, e.note_tokens, e.tag, domain)
+                    for e in changed
+                ],
             )
             if all_summaries is not None:
                 self._conn.execute("DELETE FROM summaries WHERE domain = ?", (domain,))
@@ -310,4 +337,28 @@ def _entry_row(domain: str, e: Entry) -> tuple[object, ...]:
         e.compact,
         e.compact_tokens,
         e.refs,
+        e.note,
+        e.note_tokens,
+        _encode_calls(e.calls),
     )
+
+
+def _entry(row: Sequence[Any]) -> Entry:
+    """The entry of a row of `_ENTRY_COLUMNS` (its calls last, as stored)."""
+    entry = Entry(*row[:-1])
+    entry.calls = _decode_calls(row[-1])
+    return entry.sync_tokens()
+
+
+def _encode_calls(calls: tuple[Call, ...]) -> str | None:
+    """A message's calls as stored: `[[id, name, arguments], ...]`, or NULL for none."""
+    if not calls:
+        return None
+    return json.dumps([[c.id, c.name, c.arguments] for c in calls], ensure_ascii=False, separators=(",", ":"))
+
+
+def _decode_calls(raw: str | None) -> tuple[Call, ...]:
+    """The calls `_encode_calls` stored (validated when written, so built unchecked)."""
+    if not raw:
+        return ()
+    return tuple(Call(i, n, a) for i, n, a in json.loads(raw))

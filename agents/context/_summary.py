@@ -116,19 +116,29 @@ class ExtractiveSummarizer:
         if message.kind == "tool_result":
             body = self._tool_result(message, budget, noise)
         elif message.kind == "tool_call":
-            body = self._tool_call(message.content, budget, noise)
+            body = self._tool_call(message, budget, noise)
         else:
             body = self._pick(message.content, budget, noise)
         # One line per message, whatever its breaks (CRLF, soft wraps, code blocks): a merge
         # ranks and drops lines, and a piece without its `§N§` head would lose its source.
         return head + " ".join(body.split())
 
-    def _tool_call(self, text: str, budget: int, noise: set[str]) -> str:
-        """The reasoning's best units, then each call's arguments (clipped, facts kept)."""
+    def _tool_call(self, message: Message, budget: int, noise: set[str]) -> str:
+        """The reasoning's best units, then each call's arguments (clipped, facts kept).
+
+        The calls are the message's own (`tool_calls`), or, for a host that writes them
+        into the text, its inline blocks; a call recorded without its arguments (the
+        single-call form) says nothing beyond its name, which the line's head gives.
+        """
+        text = message.content
         calls = _CALL.findall(text)
         if not calls:
+            calls = [(c.name, c.arguments) for c in message.tool_calls if c.arguments.strip() not in ("", "{}")]
+        else:
+            text = _CALL.sub(" ", text)
+        if not calls:
             return self._pick(text, budget, noise)
-        prose = self._pick(_CALL.sub(" ", text), budget // 2, noise)
+        prose = self._pick(text, budget // 2, noise)
         parts = [prose] if prose else []
         for name, args in calls:
             shown = clip(" ".join(args.split()), 160)

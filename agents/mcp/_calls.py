@@ -68,7 +68,8 @@ class ToolCalls:
         return CallToolResult(content=[TextContent(type="text", text=text)], is_error=failed)
 
     def _record_call(self, name: str, arguments: Mapping[str, object], call_id: str) -> None:
-        self._agent.assistant(f"{name} {json.dumps(arguments, default=str)}", tool_name=name, call_id=call_id)
+        call = {"id": call_id, "name": name, "arguments": json.dumps(arguments, default=str)}
+        self._agent.assistant("", tool_calls=[call])
 
     async def _finish(self, name: str, arguments: Mapping[str, object], call_id: str, output: str) -> str:
         # One call at a time from here: the call sits right before its result, the tag

@@ -5,7 +5,8 @@ The agent decides what to forget; this package tells it when and how much:
 - `HygieneWalker` measures the rendered tail (`TailPart`s and `TailTag`s from the
   context engine) as {U, T}: reclaimable tokens out of eligible tokens.
 - `band_for` turns {U, T} into a `Band`; `TailMeasure.channel2` says whether the
-  Channel 2 predicate holds.
+  Channel 2 predicate holds. The rules' absolute figures fit the model's window
+  (`NudgeFloors.for_window`: magic-context's at 200k and above, scaled below).
 - `Channel1` appends a `Reminder` to tool outputs, with its state persisted through a
   `NudgeStateStore` (`SqliteNudgeStateStore` in the agent's SQLite file).
 - `plan_drops` turns a ctx_reduce ``drop="3-5,9"`` request into a `DropPlan`.
@@ -16,14 +17,17 @@ The agent decides what to forget; this package tells it when and how much:
 from agents.nudges._bands import (
     CHANNEL2_MIN_RECLAIMABLE_TOKENS,
     CHANNEL2_SEVERITY,
+    DEFAULT_FLOORS,
     FIRM_SEVERITY,
     GENTLE_SEVERITY,
+    MAGIC_CONTEXT_WINDOW,
     MIN_RECLAIMABLE_TOKENS,
     MIN_TAIL_TOKENS,
     REFIRE_GROWTH_RATIO,
     REFIRE_MIN_GROWTH_TOKENS,
     URGENT_SEVERITY,
     Band,
+    NudgeFloors,
     band_for,
     channel1_band,
     channel2_armed,
@@ -104,11 +108,13 @@ __all__ = [
     "CHANNEL2_SEVERITY",
     "DEFAULT_CLAIM_TTL",
     "DEFAULT_DELIVERED_TTL",
+    "DEFAULT_FLOORS",
     "DIRECTIVE_PREFIX",
     "FIRM_SEVERITY",
     "GENTLE_SEVERITY",
     "HINT_LIMIT",
     "HINT_MIN_OUTPUT_TOKENS",
+    "MAGIC_CONTEXT_WINDOW",
     "MIN_RECLAIMABLE_TOKENS",
     "MIN_TAIL_TOKENS",
     "REDUCE_TOOL_NAME",
@@ -139,6 +145,7 @@ __all__ = [
     "HostAdapter",
     "HygieneWalker",
     "MemoryNudgeStateStore",
+    "NudgeFloors",
     "NudgeState",
     "NudgeStateCorrupt",
     "NudgeStateStore",

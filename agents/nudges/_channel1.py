@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from agents.nudges._bands import Band, channel1_band, refire_growth
+from agents.nudges._bands import DEFAULT_FLOORS, Band, NudgeFloors, channel1_band, refire_growth
 from agents.nudges._hygiene import TailMeasure
 from agents.nudges._protection import REDUCE_TOOL_NAME
 from agents.nudges._reminders import Reminder
@@ -90,7 +90,9 @@ class Channel1Decision:
         return self.verdict is Verdict.REFIRE
 
 
-def decide(state: Channel1State, u: int, t: int, *, user_turn: int) -> Channel1Decision:
+def decide(
+    state: Channel1State, u: int, t: int, *, user_turn: int, floors: NudgeFloors = DEFAULT_FLOORS
+) -> Channel1Decision:
     """Decide whether the tool call that just ended gets a reminder.
 
     :param state: the persisted state before this call.
@@ -98,9 +100,10 @@ def decide(state: Channel1State, u: int, t: int, *, user_turn: int) -> Channel1D
     :param t: eligible tail tokens now.
     :param user_turn: how many real user turns the conversation has had; synthetic
         messages never count.
+    :param floors: the rules' absolute figures for the agent's window.
     """
-    band = channel1_band(u, t)
-    growth = refire_growth(t)
+    band = channel1_band(u, t, floors=floors)
+    growth = refire_growth(t, floors=floors)
 
     if band is Band.QUIET:
         # The grace outlives a quiet dip: the drops or a compaction often take T under
@@ -147,14 +150,17 @@ def _too_few_turns(last_fire_turn: int | None, user_turn: int) -> bool:
     return user_turn - last_fire_turn < REFIRE_MIN_USER_TURNS
 
 
-def start_grace(state: Channel1State, *, post_reduce_u: int, post_reduce_t: int = 0) -> Channel1State:
+def start_grace(
+    state: Channel1State, *, post_reduce_u: int, post_reduce_t: int = 0, floors: NudgeFloors = DEFAULT_FLOORS
+) -> Channel1State:
     """The state after a successful ctx_reduce: quiet until U regrows or the band climbs.
 
     :param post_reduce_t: T measured with `post_reduce_u`. When the reduce left a higher
         band than the one seen before it (its own call taking a slot of the protection
         window), only a band above that one is an escalation.
+    :param floors: the rules' absolute figures for the agent's window.
     """
-    level, left = state.level, channel1_band(post_reduce_u, post_reduce_t)
+    level, left = state.level, channel1_band(post_reduce_u, post_reduce_t, floors=floors)
     if left is not Band.CHANNEL2 and left.rank > level.rank:
         level = left
     grace = PostReduceGrace(baseline_u=max(post_reduce_u, 0), pre_reduce_level=level)
@@ -210,9 +216,11 @@ class Channel1:
         stored = self._load()
         current = stored.channel1
         if tool_name == REDUCE_TOOL_NAME:
-            skipped = Channel1Decision(Verdict.SKIPPED, channel1_band(measure.u, measure.t), current)
+            skipped = Channel1Decision(
+                Verdict.SKIPPED, channel1_band(measure.u, measure.t, floors=measure.floors), current
+            )
             return Channel1Outcome(skipped, None)
-        decision = decide(current, measure.u, measure.t, user_turn=user_turn)
+        decision = decide(current, measure.u, measure.t, user_turn=user_turn, floors=measure.floors)
         if decision.state != current:
             self._save(stored, decision.state)
         if not decision.fire:
@@ -236,4 +244,5 @@ class Channel1:
             longer includes them.
         """
         stored = self._load()
-        self._save(stored, start_grace(stored.channel1, post_reduce_u=measure.u, post_reduce_t=measure.t))
+        grace = start_grace(stored.channel1, post_reduce_u=measure.u, post_reduce_t=measure.t, floors=measure.floors)
+        self._save(stored, grace)

@@ -5,7 +5,7 @@ the measurement meets the Channel 2 predicate, gets at most one synthetic messag
 bus lease in `_channel2_lease` sees to that across processes), and is never armed
 again. A new cycle starts only once the agent or the host has really cut the tail:
 
-- U fell below `MIN_RECLAIMABLE_TOKENS` (the agent pruned), or
+- U fell below the reclaimable floor (`NudgeFloors.reclaimable`: the agent pruned), or
 - T fell below what it was when the cycle armed. Turns only ever add to T, so only a
   removal can do that: a compaction, or drops the agent made.
 
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal, Protocol
 
-from agents.nudges._bands import MIN_RECLAIMABLE_TOKENS, channel2_armed
+from agents.nudges._bands import DEFAULT_FLOORS, NudgeFloors, channel2_armed
 from agents.nudges._hints import ReclaimHint
 from agents.nudges._hygiene import TailMeasure
 from agents.nudges._markers import REMINDER_CLOSE, REMINDER_OPEN
@@ -119,14 +119,16 @@ def channel2_text(*, outputs: int, tokens: int, hints: Sequence[ReclaimHint]) ->
     return f"{_SYNTHETIC_OPEN}{body}{REMINDER_CLOSE}"
 
 
-def advance_cycle(state: Channel2State, *, u: int, t: int) -> Channel2State:
+def advance_cycle(state: Channel2State, *, u: int, t: int, floors: NudgeFloors = DEFAULT_FLOORS) -> Channel2State:
     """The Channel 2 state after one measurement: start a new cycle, arm it, or keep it.
 
     Pure, so every process that replays the same measurements agrees on the cycle.
+
+    :param floors: the rules' absolute figures for the agent's window.
     """
-    if state.armed_t is not None and (u < MIN_RECLAIMABLE_TOKENS or t < state.armed_t):
+    if state.armed_t is not None and (u < floors.reclaimable or t < state.armed_t):
         state = Channel2State(cycle=state.cycle + 1)
-    if state.armed_t is None and channel2_armed(u, t):
+    if state.armed_t is None and channel2_armed(u, t, floors=floors):
         state = state.model_copy(update={"armed_t": t})
     return state
 
@@ -170,7 +172,7 @@ class Channel2:
         :raises BusError: if the bus fails before anything was sent.
         """
         before = self.state
-        state = advance_cycle(before, u=measure.u, t=measure.t)
+        state = advance_cycle(before, u=measure.u, t=measure.t, floors=measure.floors)
         delivery = None
         if measure.channel2 and not state.delivered:
             text = channel2_text(outputs=measure.spent_outputs, tokens=measure.u, hints=measure.hints)

@@ -18,7 +18,7 @@ import operator
 from collections.abc import Iterable, Sequence, Set
 from dataclasses import dataclass
 
-from agents.nudges._bands import Band, band_for, channel2_armed, severity
+from agents.nudges._bands import DEFAULT_FLOORS, Band, NudgeFloors, band_for, channel2_armed, severity
 from agents.nudges._hints import ReclaimHint
 from agents.nudges._ledger import TagLedger, Tally
 from agents.nudges._markers import is_drop_placeholder, strip_reminder_spans
@@ -44,6 +44,9 @@ class TailMeasure:
     """Tags whose mass counts in T but not in U (window, ctx_reduce calls, overrides)."""
     full: bool
     """True when this walk counted everything again rather than a delta."""
+    floors: NudgeFloors = DEFAULT_FLOORS
+    """The absolute figures of the rules for the agent's window; every decision made on
+    this measurement uses them."""
 
     @property
     def severity(self) -> float:
@@ -53,12 +56,12 @@ class TailMeasure:
     @property
     def band(self) -> Band:
         """The nudge band of this measurement, CHANNEL2 included."""
-        return band_for(self.u, self.t)
+        return band_for(self.u, self.t, floors=self.floors)
 
     @property
     def channel2(self) -> bool:
         """Whether the Channel 2 predicate holds for this measurement."""
-        return channel2_armed(self.u, self.t)
+        return channel2_armed(self.u, self.t, floors=self.floors)
 
 
 class HygieneWalker:
@@ -68,14 +71,17 @@ class HygieneWalker:
     ascending tag-number order, one row per number.
     """
 
-    def __init__(self, counter: TokenCounter, *, protected_floor: int) -> None:
+    def __init__(self, counter: TokenCounter, *, protected_floor: int, floors: NudgeFloors = DEFAULT_FLOORS) -> None:
         """
         :param counter: counts tokens of text parts (the agent's tokenizer).
         :param protected_floor: token floor of the recency window, usually
             `protected_floor(usable_tokens)`.
+        :param floors: the rules' absolute figures, usually `NudgeFloors.for_window(window)`;
+            magic-context's by default.
         """
         self._counter = counter
         self._floor = protected_floor
+        self._floors = floors
         self._parts: list[TailPart] = []
         self._counts: dict[str, int] = {}
         self._tallies: dict[int, Tally] = {}
@@ -135,6 +141,7 @@ class HygieneWalker:
             hints=reclaimable.hints,
             protected=shielded,
             full=full,
+            floors=self._floors,
         )
 
     def _extends_last(self, parts: Sequence[TailPart]) -> bool:

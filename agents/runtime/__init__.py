@@ -2,9 +2,10 @@
 
 from agents.runtime._agent import Agent, AgentConfig, ToolOutcome
 from agents.runtime._host import ContextHost
-from agents.runtime._replay import ReplayReport, TranscriptError, replay_transcript
+from agents.runtime._replay import ReplayReport, replay_transcript
 from agents.runtime._saved import inspect_store
 from agents.runtime._tail import TailAdapter
+from agents.runtime._transcript import Transcript, TranscriptError, TranscriptMessage, read_transcript
 
 __all__ = [
     "Agent",
@@ -13,7 +14,10 @@ __all__ = [
     "ReplayReport",
     "TailAdapter",
     "ToolOutcome",
+    "Transcript",
     "TranscriptError",
+    "TranscriptMessage",
     "inspect_store",
+    "read_transcript",
     "replay_transcript",
 ]

@@ -2,8 +2,9 @@
 
 This is where the pieces meet. The context engine keeps the prompt inside its budget;
 the hygiene walk measures the tail after each tool call; Channel 1 appends reminders
-to tool output, Channel 2 asks once per cycle for a prune; the replica keeps the shared
-brief in step and its text goes into every compose as the pinned brief block.
+to tool output (kept with the result, so the next compose shows them), Channel 2 asks
+once per cycle for a prune; the replica keeps the shared brief in step and its text goes
+into every compose as the brief block.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import anyio
 from anyio.abc import TaskStatus
@@ -30,6 +32,7 @@ from agents.nudges import (
     DropPlan,
     HostAdapter,
     HygieneWalker,
+    NudgeFloors,
     SqliteNudgeStateStore,
     TailMeasure,
     TailTag,
@@ -47,7 +50,7 @@ from agents.runtime._saved import (
 )
 from agents.runtime._tail import FINAL_KINDS, TailAdapter
 from bus import BusError, Leases, NatsClient, PidLock, Verifier
-from schemas import BriefOp, Domain, Presence, Reply, TaskBrief, UsageError
+from schemas import BriefOp, Domain, Presence, Reply, TaskBrief, ToolCall, UsageError
 
 __all__ = ["Agent", "AgentConfig"]
 
@@ -66,6 +69,8 @@ class AgentConfig:
     store: Path
     """The agent's SQLite file: context, archive, nudge state, saved brief."""
     context: ContextConfig = field(default_factory=ContextConfig)
+    """The model's window and the agent's own system prompt (`ContextConfig.system_prompt`),
+    among the rest; the nudge floors follow the window."""
     heartbeat: float = DEFAULT_HEARTBEAT
     channel2: Channel2LeaseConfig = field(default_factory=Channel2LeaseConfig)
     trusted_signers: tuple[str, ...] = ()
@@ -83,7 +88,9 @@ class ToolOutcome:
     """A tool result as the model should see it, and what the nudges did."""
 
     text: str
-    """The output, with a Channel 1 reminder appended when one is due."""
+    """The output, with a Channel 1 reminder appended when one is due: what the next
+    compose shows in this result's tool message (a host that keeps its own transcript
+    sends this text)."""
     measure: TailMeasure
     delivery: Delivery | None
 
@@ -121,7 +128,11 @@ class Agent:
             undo.callback(self.context.close)
             self._nudge_store = SqliteNudgeStateStore(config.store)
             usable = config.context.window - config.context.reserve_system - config.context.reserve_output
-            self._walker = HygieneWalker(self.context.tokenizer, protected_floor=protected_floor(usable))
+            self._walker = HygieneWalker(
+                self.context.tokenizer,
+                protected_floor=protected_floor(usable),
+                floors=NudgeFloors.for_window(config.context.window),
+            )
             self._adapter = TailAdapter()
             self._queued = load_queued_drops(self.context)
             self._last_prompt_tokens = 0
@@ -204,18 +215,28 @@ class Agent:
         self.context.set_state(_USER_TURNS_KEY, str(self.user_turns + 1))
         return tag
 
-    def assistant(self, text: str, *, tool_name: str | None = None, call_id: str | None = None) -> int:
-        """Record an assistant message (a tool call when `tool_name` is given)."""
-        return self.context.add("assistant", text, tool_name=tool_name, call_id=call_id)
+    def assistant(
+        self,
+        text: str,
+        *,
+        tool_calls: Iterable[ToolCall | Mapping[str, Any]] | None = None,
+        tool_name: str | None = None,
+        call_id: str | None = None,
+    ) -> int:
+        """Record an assistant turn: its text and the calls it makes (`tool_calls`, or
+        one call as `tool_name` and `call_id`); see `LocalContext.add`."""
+        return self.context.add("assistant", text, tool_calls=tool_calls, tool_name=tool_name, call_id=call_id)
 
     async def tool_result(self, tool_name: str, output: str, *, call_id: str | None = None) -> ToolOutcome:
         """Record a tool's output and return it as the model should see it.
 
         Measures the tail, lets Channel 1 append a reminder if one is due, and lets
-        Channel 2 deliver its message if this cycle needs one. A bus outage only
-        postpones Channel 2; it never fails the tool call.
+        Channel 2 deliver its message if this cycle needs one. The reminder is kept with
+        the result, so the next compose shows it inside this tool message; it does not
+        count in the tail. A bus outage only postpones Channel 2; it never fails the
+        tool call.
         """
-        self.context.add("tool", output, tool_name=tool_name, call_id=call_id)
+        tag = self.context.add("tool", output, tool_name=tool_name, call_id=call_id)
         measure = self.measure()
         if tool_name == REDUCE_TOOL_NAME:
             if self._reduces_unrecorded:
@@ -226,6 +247,11 @@ class Agent:
                 self.channel1.after_reduce(measure)
             return ToolOutcome(output, measure, None)
         outcome = self.channel1.after_tool_call(tool_name, measure, user_turn=self.user_turns)
+        if outcome.text:
+            # Written now: Channel 1 has recorded the reminder as given, and a restart
+            # must find it where the model will read it.
+            self.context.annotate(tag, outcome.text)
+            self.context.flush()
         try:
             delivery = await self.channel2.observe(measure)
         except BusError as exc:
@@ -233,7 +259,7 @@ class Agent:
             # result must still go out with it; Channel 2 tries again on the next call.
             log.warning("Channel 2 skipped for %s: %s", self.id, exc)
             delivery = None
-        text = f"{output}\n{outcome.text}" if outcome.text else output
+        text = output + outcome.text  # the span opens with its own blank line
         return ToolOutcome(text, measure, delivery)
 
     def measure(self) -> TailMeasure:
@@ -275,7 +301,8 @@ class Agent:
         return plan
 
     def compose(self, user_input: str = "") -> Composition:
-        """The prompt for the next model call: queued drops applied, the brief pinned."""
+        """The prompt for the next model call: queued drops applied, the shared brief in its
+        head. Send it with `Composition.to_openai()` or `to_anthropic()`."""
         dropped = bool(self._queued)
         if dropped:
             apply_queued_drops(self.context, self._queued)

@@ -1,33 +1,29 @@
 """Replaying a recorded session through a local context: what it would have saved.
 
-Reads the JSON Lines transcript format of `shared/anchors/transcripts` (one message a
-line: role, content, tool_name, tool_call_id, ts), composes before every assistant
-message as an agent would, and measures the tail after every tool result as the
-nudges would.
+Reads a transcript (`read_transcript`: its first system message is the agent's system
+prompt, its calls are recorded whole), composes before every model call as an agent
+would (before an assistant message that follows anything but another assistant
+message: consecutive ones are one turn), and measures the tail after every tool result
+as the nudges would, with the floors of the replay's window.
 """
 
 from __future__ import annotations
 
-import json
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agents.context import ContextConfig, LocalContext, Tokenizer
-from agents.nudges import Band, HygieneWalker, protected_floor
+from agents.nudges import Band, HygieneWalker, NudgeFloors, protected_floor
 from agents.runtime._tail import TailAdapter
+from agents.runtime._transcript import TranscriptError, read_transcript
 from schemas import Domain, UsageError
 
 __all__ = ["ReplayReport", "replay_transcript", "TranscriptError"]
 
 _DOMAIN = Domain.parse("replay/local/session")
 _BAND_ORDER = [str(b) for b in sorted(Band, key=lambda b: b.rank)]
-
-
-class TranscriptError(UsageError):
-    """Raised when a transcript line is not a message ctxbus can replay."""
 
 
 @dataclass
@@ -38,6 +34,7 @@ class ReplayReport:
     budget: int
     messages: int = 0
     composes: int = 0
+    """Model calls: one compose before each."""
     prompt_tokens: list[int] = field(default_factory=list)
     """Prompt size at each compose."""
     history_tokens: list[int] = field(default_factory=list)
@@ -86,55 +83,39 @@ def replay_transcript(path: Path, *, budget: int, store: Path, tokenizer: Tokeni
     """Replay `path` through a fresh context of window `budget`, kept in `store`.
 
     :raises TranscriptError: naming the line that is not a valid message.
-    :raises InvalidConfig: if `budget` is too small for the reserves.
+    :raises InvalidConfig: if `budget` is too small for the reserves, or for the
+        transcript's system prompt.
     :raises UsageError: if `store` holds messages already: the figures would count them.
     """
-    config = ContextConfig(window=budget)
+    transcript = read_transcript(path)
+    config = ContextConfig(window=budget, system_prompt=transcript.system_prompt)
     report = ReplayReport(file=str(path), budget=budget)
     with LocalContext(store, _DOMAIN, config=config, tokenizer=tokenizer, autoflush=False) as context:
         if context.next_tag > 1:
             raise UsageError(f"{store} holds a replay already; replay into a new store")
-        walker = HygieneWalker(context.tokenizer, protected_floor=protected_floor(config.available))
+        walker = HygieneWalker(
+            context.tokenizer,
+            protected_floor=protected_floor(config.available),
+            floors=NudgeFloors.for_window(budget),
+        )
         adapter = TailAdapter()
-        history = 0
-        for number, message in _messages(path):
-            if message["role"] == "assistant" and report.messages:
+        history = context.tokenizer.count(transcript.system_prompt) if transcript.system_prompt else 0
+        previous = ""
+        for message in transcript.messages:
+            if message.role == "assistant" and previous not in ("", "assistant"):
                 composition = context.compose()
                 report.composes += 1
                 report.prompt_tokens.append(composition.report.total)
                 report.history_tokens.append(history)
                 report.trims.update(f"{t.reason} -> {t.destination}" for t in composition.report.trims)
             try:
-                tag = context.add(
-                    message["role"],
-                    message["content"],
-                    tool_name=message.get("tool_name") or None,
-                    call_id=message.get("tool_call_id") or None,
-                )
+                tag = context.add(**message.add_arguments())
             except UsageError as exc:
-                raise TranscriptError(f"{path}:{number}: {exc}") from exc
+                raise TranscriptError(f"{path}:{message.line}: {exc}") from exc
             history += context.message(tag).tokens
             report.messages += 1
-            if message["role"] == "tool":
+            previous = message.role
+            if message.role == "tool":
                 parts, tags = adapter.convert(context.tail())
                 report.bands[str(walker.measure(parts, tags).band)] += 1
     return report
-
-
-def _messages(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise TranscriptError(f"cannot read {path}: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise TranscriptError(f"{path} is not UTF-8 text (byte {exc.start}): a transcript is JSON lines") from exc
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            message = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise TranscriptError(f"{path}:{number}: not JSON ({exc.msg})") from None
-        if not isinstance(message, dict) or not isinstance(message.get("content"), str) or "role" not in message:
-            raise TranscriptError(f"{path}:{number}: expected an object with 'role' and 'content' (a string)")
-        yield number, message

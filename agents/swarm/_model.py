@@ -71,7 +71,7 @@ class ScriptedModel:
 
     async def _call(self, n: int, tool: str, argument: str) -> None:
         call_id = f"{self._calls}-{n}"
-        self.agent.assistant(f'<tool_call name="{tool}">{argument}</tool_call>', tool_name=tool, call_id=call_id)
+        self._make_call(tool, json.dumps({"argument": argument}), call_id)
         output = tool_output(tool, argument, agent=self.agent.id, step=n)
         tag = self.agent.context.next_tag
         outcome = await self.agent.tool_result(tool, output, call_id=call_id)
@@ -120,8 +120,12 @@ class ScriptedModel:
         self._say(n, f"[unexpected] {what}")
 
     async def _record(self, tool: str, args: str, output: str, call_id: str) -> None:
-        self.agent.assistant(f'<tool_call name="{tool}">{args}</tool_call>', tool_name=tool, call_id=call_id)
+        self._make_call(tool, args, call_id)
         await self.agent.tool_result(tool, output, call_id=call_id)
+
+    def _make_call(self, tool: str, arguments: str, call_id: str) -> None:
+        """Record the assistant turn that calls `tool`, as a model's would be: no text, one call."""
+        self.agent.assistant("", tool_calls=[{"id": call_id, "name": tool, "arguments": arguments}])
 
     # -- nudges ----------------------------------------------------------------------------
 
@@ -145,8 +149,7 @@ class ScriptedModel:
     async def _reduce(self, n: int, tags: list[int], *, why: str) -> None:
         spec = _spec(tags)
         call_id = f"{self._calls}-{n}-reduce{self.tally.reduces}"
-        self.agent.assistant(f'<tool_call name="{REDUCE_TOOL_NAME}">{{"drop": "{spec}"}}</tool_call>',
-                             tool_name=REDUCE_TOOL_NAME, call_id=call_id)  # fmt: skip
+        self._make_call(REDUCE_TOOL_NAME, json.dumps({"drop": spec}), call_id)
         try:
             plan = self.agent.ctx_reduce(spec)
         except UsageError as exc:  # DropSpecError, UnknownDropTags: a failed tool call, not a dead worker

@@ -90,3 +90,14 @@ def add_raw(ctx: LocalContext, m: dict[str, Any]) -> int:
 def rendered_tokens(tokenizer: Tokenizer, messages: list[dict[str, str]], overhead: int = 4) -> int:
     """What a composed prompt really costs: every message tokenized afresh, plus overhead."""
     return sum(tokenizer.count(m["content"]) + overhead for m in messages)
+
+
+def rendered_cost(tokenizer: Tokenizer, messages: list[dict[str, Any]], overhead: int = 4) -> int:
+    """What a Chat Completions rendering costs counted afresh: each message's text plus
+    overhead, and each call's id, name and arguments."""
+    total = 0
+    for m in messages:
+        total += tokenizer.count(m["content"]) + overhead
+        for call in m.get("tool_calls", ()):
+            total += sum(tokenizer.count(part) for part in (call["id"], *call["function"].values()))
+    return total

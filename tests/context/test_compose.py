@@ -28,14 +28,16 @@ def test_prompt_order_and_layers(make_ctx: MakeContext, tokenizer: Tokenizer) ->
     result = ctx.compose("What now?", brief="goal: fix rounding\nconstraint: no schema changes")
     roles = [m["role"] for m in result.messages]
     contents = [m["content"] for m in result.messages]
-    assert roles[:3] == ["system", "system", "system"]
-    assert contents[0].startswith(ctx.mode.system_template) and contents[0].endswith(ctx.mode.output_constraint)
-    assert contents[1].startswith("[summary of earlier turns]\n")
-    assert contents[2].startswith("[pinned: goal, constraints, shared brief]\n[shared brief]\ngoal: fix rounding")
-    assert "§3§ Do not touch the tax tables." in contents[2]
-    assert "§2§ Fix the invoice rounding bug." in contents[2], "the first user message is the goal"
+    assert roles[:2] == ["system", "user"] and "system" not in roles[1:]
+    assert contents[0] == ctx.mode.system_text
+    pinned, summary, brief = contents[1].split("\n\n")
+    assert pinned.startswith("[pinned: goal and constraints]\n§1§ You help with the billing service.")
+    assert "§3§ Do not touch the tax tables." in pinned
+    assert "§2§ Fix the invoice rounding bug." in pinned, "the first user message is the goal"
+    assert summary.startswith("[summary of earlier turns]\n")
+    assert brief == "[shared brief]\ngoal: fix rounding\nconstraint: no schema changes", "last in the head"
     assert result.messages[-1] == {"role": "user", "content": "What now?"}
-    rolling = result.messages[3:-1]
+    rolling = result.messages[2:-1]
     assert rolling and all(m["content"].startswith("§") for m in rolling)
     assert [m["role"] for m in rolling[-2:]] == ["assistant", "tool"] and rolling[-1]["tool_call_id"] == "c29"
 
@@ -47,12 +49,14 @@ def test_prompt_order_and_layers(make_ctx: MakeContext, tokenizer: Tokenizer) ->
     assert report.layers["summary"] <= report.budgets.summary
     assert report.trims and {t.reason for t in report.trims} <= {"low_value", "over_budget", "expired"}
 
+    assert report.layers["pinned"] + report.layers["brief"] <= report.budgets.pinned, "the brief shares the cap"
+
     views = ctx.inspect()
-    assert [v.name for v in views] == ["system", "summary", "pinned", "rolling", "input"]
+    assert [v.name for v in views] == ["system", "pinned", "summary", "brief", "rolling", "input"]
     assert sum(v.tokens for v in views) == report.total
-    rolling_view = views[3]
+    rolling_view = views[4]
     assert [item.text for item in rolling_view.items] == [m["content"] for m in rolling]
-    assert views[4].items[0].text == "What now?"
+    assert views[5].items[0].text == "What now?"
 
 
 def test_everything_fits_nothing_is_trimmed(make_ctx: MakeContext) -> None:
@@ -79,7 +83,7 @@ def test_messages_are_shared_read_only(make_ctx: MakeContext) -> None:
 def test_soft_pins_are_demoted_before_hard_constraints(make_ctx: MakeContext) -> None:
     ctx = make_ctx(window=2_000, settings={"reserve_system": 300, "reserve_output": 300})
     rule = ctx.add("user", "Never delete rows from the audit table.")
-    notes = [ctx.add("assistant", f"Important finding {i}: " + "detail " * 25, importance=0.9) for i in range(6)]
+    notes = [ctx.add("assistant", f"Important finding {i}: " + "detail " * 25, importance=0.9) for i in range(8)]
     report = ctx.compose().report
     demoted = [t.tag for t in report.trims if t.source == "pinned" and t.destination == "rolling" and t.tag]
     assert demoted and demoted == sorted(demoted) and set(demoted) <= set(notes), "oldest soft pins go first"

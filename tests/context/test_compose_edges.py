@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from agents.context import BUILTIN_MODES, InputTooLarge, InvalidConfig, ModeDescriptor
+from agents.context import BUILTIN_MODES, Composition, InputTooLarge, InvalidConfig, ModeDescriptor
 from tests.context.conftest import Clock, MakeContext
 
 
-def _pinned_text(messages: list[dict[str, str]]) -> str:
-    return next((m["content"] for m in messages if m["content"].startswith("[pinned")), "")
+def _pinned_text(result: Composition) -> str:
+    return "\n".join(item.text for view in result.layers if view.name == "pinned" for item in view.items)
 
 
 def test_an_expired_constraint_is_not_pinned_again(make_ctx: MakeContext, clock: Clock) -> None:
@@ -20,15 +20,15 @@ def test_an_expired_constraint_is_not_pinned_again(make_ctx: MakeContext, clock:
     tag = ctx.add("user", "For the next 10 minutes do not push anything, CI is down.", ttl=600)
     for i in range(8):
         ctx.add("assistant", f"step {i}")
-    assert "do not push anything" in _pinned_text(ctx.compose().messages)
+    assert "do not push anything" in _pinned_text(ctx.compose())
 
     clock.now += 3_600
     result = ctx.compose()
-    assert "do not push anything" not in _pinned_text(result.messages)
+    assert "do not push anything" not in _pinned_text(result)
     assert result.report.promoted == ()
     moves = [(t.source, t.destination) for t in result.report.trims if t.tag == tag]
     assert moves == [("pinned", "rolling"), ("rolling", "summary")]
-    assert "do not push anything" not in _pinned_text(ctx.compose().messages), "stays out on later composes"
+    assert "do not push anything" not in _pinned_text(ctx.compose()), "stays out on later composes"
 
 
 def test_an_expired_long_message_takes_its_constraint_record_along(make_ctx: MakeContext, clock: Clock) -> None:
@@ -39,10 +39,10 @@ def test_an_expired_long_message_takes_its_constraint_record_along(make_ctx: Mak
     ctx.add("user", f"{background} For the next 10 minutes do not push anything.", ttl=600)
     for i in range(8):
         ctx.add("assistant", f"step {i}")
-    assert "do not push anything" in _pinned_text(ctx.compose().messages)
+    assert "do not push anything" in _pinned_text(ctx.compose())
 
     clock.now += 3_600
-    assert "do not push anything" not in _pinned_text(ctx.compose().messages)
+    assert "do not push anything" not in _pinned_text(ctx.compose())
 
 
 def test_a_system_prompt_too_big_for_the_window_names_the_mode(make_ctx: MakeContext) -> None:
@@ -107,4 +107,4 @@ def test_the_oldest_soft_pin_is_demoted_first(make_ctx: MakeContext, reopen: boo
     result = ctx.compose("y " * 290)
     demoted = [t.tag for t in result.report.trims if t.source == "pinned"]
     assert demoted == [1]
-    assert "§2§ Plan agreed" in _pinned_text(result.messages)
+    assert "§2§ Plan agreed" in _pinned_text(result)

@@ -24,9 +24,9 @@ TIGHT = ContextConfig(window=1200, reserve_system=100, reserve_output=100)
 
 
 def _pinned(ctx: LocalContext, user_input: str = "") -> str:
-    """The pinned block of a compose ("" if there is none)."""
-    found = [m["content"] for m in ctx.compose(user_input).messages if m["content"].startswith("[pinned")]
-    return found[0] if found else ""
+    """The pinned layer of a compose, its items one a line ("" if there is none)."""
+    layers = ctx.compose(user_input).layers
+    return "\n".join(item.text for view in layers if view.name == "pinned" for item in view.items)
 
 
 def test_undecodable_content_is_stored_with_replacement_characters(

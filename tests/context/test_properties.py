@@ -1,8 +1,10 @@
-"""Property tests: for random histories, sizes and budgets, compose never exceeds the budget
-and never shows a tool call without its result or a result without its call."""
+"""Property tests: for random histories, sizes and budgets, compose never exceeds the budget,
+never shows a tool call without its result or a result without its call, and renders to
+prompts both providers accept."""
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass, field
 
@@ -10,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agents.context import ContextConfig, LocalContext, Tokenizer
-from tests.context.conftest import rendered_tokens
+from tests._providers import checked_renderings
+from tests.context.conftest import rendered_cost, rendered_tokens
 
 WORDS = (
     "must never cache token index layer budget 42 ms /srv/app.py error failed ok value window merge "
@@ -30,9 +33,18 @@ tool_event = st.tuples(
     st.lists(st.integers(1, 1_500), min_size=3, max_size=3),  # sizes in words
     st.booleans(),  # call ids present
 )
+calls_event = st.tuples(
+    st.just("calls"),
+    st.lists(st.booleans(), min_size=1, max_size=3),  # per call: answered (a turn cut short if not)
+    st.lists(st.integers(1, 600), min_size=3, max_size=3),  # result sizes in words
+    st.booleans(),  # results recorded in reverse order
+)
+orphan_event = st.tuples(st.just("orphan"), st.integers(1, 80))  # output no call asked for
 compose_event = st.tuples(st.just("compose"), st.integers(0, 60), st.booleans())
 drop_event = st.tuples(st.just("drop"), st.integers(0, 10_000))
-events = st.lists(st.one_of(chat_event, tool_event, compose_event, drop_event), min_size=1, max_size=60)
+events = st.lists(
+    st.one_of(chat_event, tool_event, calls_event, orphan_event, compose_event, drop_event), min_size=1, max_size=60
+)
 configs = st.builds(
     lambda window, sys_r, out_r, protected, threshold, split: ContextConfig(
         window=window,
@@ -85,6 +97,8 @@ def _check(ctx: LocalContext, model: Model, tokenizer: Tokenizer, user_input: st
         present = [tag in shown for tag in unit]
         assert all(present) or not any(present), f"tool unit {unit} split: {present}"
         assert not set(unit) & set(pinned), "tool traffic is never pinned"
+    openai, _ = checked_renderings(result, prefill=True)  # a random history may end with an assistant turn
+    assert rendered_cost(tokenizer, openai, ctx.config.message_overhead) <= report.budget
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -120,6 +134,18 @@ def test_compose_respects_budget_and_pairs(
                         )
                     model.units.append(unit)
                     model.tags += unit
+                case ("calls", list(answered), list(sizes), bool(reverse)):
+                    calls += 1
+                    ids = [f"t{calls}.{k}" for k in range(len(answered))]  # "." is no Anthropic id
+                    turn = [{"id": i, "name": "run tests", "arguments": json.dumps({"n": calls})} for i in ids]
+                    unit = [ctx.add("assistant", _text(rnd, 5) if calls % 2 else "", tool_calls=turn)]
+                    done = [(k, i) for k, i in enumerate(ids) if answered[k]]
+                    for k, call_id in reversed(done) if reverse else done:
+                        unit.append(ctx.add("tool", _text(rnd, int(sizes[k])), call_id=call_id))
+                    model.units.append(unit)
+                    model.tags += unit
+                case ("orphan", int(words)):
+                    model.tags.append(ctx.add("tool", _text(rnd, words), tool_name="console_output"))
                 case ("compose", int(words), bool(with_brief)):
                     _check(
                         ctx,

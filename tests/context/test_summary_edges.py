@@ -48,7 +48,8 @@ def test_summary_lines_in_the_prompt_keep_their_tags(make_ctx: MakeContext) -> N
     summaries: list[str] = []
     for i in range(40):
         ctx.add("assistant", f"Step {i}: looked at module m{i}.py and it has {i} TODO items left in the queue.")
-        summaries += [m["content"] for m in ctx.compose().messages if m["content"].startswith("[summary")]
+        head = ctx.compose().messages[1]["content"]
+        summaries += [s for s in head.split("\n\n") if s.startswith("[summary")]
     assert summaries
     for summary in summaries:
         assert all(_HEAD.match(line) for line in summary.splitlines()[1:]), summary

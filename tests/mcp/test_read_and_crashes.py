@@ -172,7 +172,9 @@ async def test_a_crashing_tool_is_recorded_as_an_internal_error_and_the_server_g
         # Recorded in the context: the call with its arguments, then the error as its result.
         call, result = [m for m in agent.context.messages() if m.tag >= call_tag]
         assert (call.tag, call.role, call.tool_name) == (call_tag, "assistant", "crash")
-        assert call.content == 'crash {"detail": "the secret in the traceback"}'
+        assert [(c.name, c.arguments) for c in call.tool_calls] == [
+            ("crash", '{"detail": "the secret in the traceback"}')
+        ]
         assert (result.tag, result.role, result.tool_name) == (call_tag + 1, "tool", "crash")
         assert result.content == "error: internal error"
 

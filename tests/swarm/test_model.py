@@ -64,7 +64,7 @@ async def test_each_archived_ci_log_is_found_by_search_and_read_from_the_hits(sc
     listings = [m.content for m in model.agent.context.messages() if m.role == "tool" and m.tool_name == "ctx_search"]
     assert [f"§{tag}§ ci_logs" in listing for tag, listing in zip(logs, listings, strict=True)] == [True] * 3
     reads = [m for m in model.agent.context.messages() if m.role == "assistant" and m.tool_name == "ctx_read"]
-    assert [json.loads(m.content.split(">", 1)[1].split("<", 1)[0])["ref"] for m in reads] == logs
+    assert [json.loads(m.tool_calls[0].arguments)["ref"] for m in reads] == logs
 
 
 async def test_a_search_that_misses_the_log_is_reported_not_claimed(scripted: _Scripted) -> None:
