@@ -3,8 +3,21 @@
 from typing import Any
 
 import pytest
+from hypothesis import Phase, settings
 
 import bus
+
+# Hypothesis's "explain" phase traces every line of every run to say where a failure
+# comes from: on the heavier properties (a context composed many times) it turns a
+# failure found in seconds into ten minutes of tracing, and the suite's timeout hides
+# the failure itself. Everything else is the default; a failure prints its blob to
+# reproduce it with `@reproduce_failure`.
+settings.register_profile(
+    "ctxbus",
+    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
+    print_blob=True,
+)
+settings.load_profile("ctxbus")
 
 
 @pytest.fixture(scope="session")

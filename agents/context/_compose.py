@@ -339,10 +339,11 @@ class _Run:
         return (value, unit)
 
     def _evict_protected(self) -> bool:
-        """Evict the oldest protected unit (only when nothing else is left to give)."""
+        """Evict the oldest protected unit (only when nothing else is left to give);
+        False if none has anything this mode can evict (or `_fit` would loop forever)."""
         for e in self.visible:
-            if e.layer == "rolling" and e.unit in self.protected:
-                self._evict(self._members(e.unit), "over_budget")
+            if e.layer == "rolling" and e.unit in self.protected and (members := self._members(e.unit)):
+                self._evict(members, "over_budget")
                 return True
         return False
 
