@@ -95,7 +95,9 @@ async def test_a_forged_entry_is_skipped_by_every_reader_that_checks_signatures(
 async def test_a_forged_answer_is_not_believed(nats_url: str, tmp_path: Path) -> None:
     """A client in the coordinators' queue group answers every proposal it gets with
     "committed at rev 999999": a proposer that checks signatures asks again until the
-    real coordinator answers, and every proposal is in the log, at its real revision."""
+    real coordinator answers, and every proposal is in the log, at its real revision.
+    (Twenty first attempts through the group: the impostor is picked for none of them
+    once in a million runs.)"""
     domain = fresh_domain("signed")
     signer, verifier = _tenant_keys(tmp_path, domain.user)
     forged = ReplyEnvelope(domain=domain, sender="coordinator", body=Committed(revision=999_999)).encode()
@@ -110,9 +112,11 @@ async def test_a_forged_answer_is_not_believed(nats_url: str, tmp_path: Path) ->
 
         impostor = await client.subscribe(subject(domain, Verb.PROPOSE), queue="ctxbus-coordinators", cb=lie)
         try:
-            agent = Proposer(client, domain, agent_id="a", verifier=verifier)
             with anyio.fail_after(60):
-                replies = [await agent.propose(AddNote(text=f"n{i}"), attempt_timeout=0.5) for i in range(20)]
+                replies = []
+                for i in range(20):  # each from a new proposer: its first attempt goes to the group
+                    agent = Proposer(client, domain, agent_id=f"a{i}", verifier=verifier)
+                    replies.append(await agent.propose(AddNote(text=f"n{i}"), attempt_timeout=0.5))
         finally:
             await impostor.unsubscribe()
         assert lies > 0, "the impostor took some of the proposals"
