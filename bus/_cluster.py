@@ -9,14 +9,13 @@ from pathlib import Path
 from typing import Self
 
 import anyio
-import nats.errors
-import nats.js.errors
 
 from bus._auth import AuthStore
 from bus._connection import BusConfig, close_quietly, connect
-from bus._errors import BusUnavailable, ServerError
+from bus._errors import BusError, BusUnavailable, ServerError
 from bus._lifecycle import ProcessGroup
 from bus._server import DEFAULT_START_TIMEOUT, DEFAULT_SYNC_INTERVAL, ClusterRoutes, EmbeddedServer, free_port
+from bus._translate import translating
 from schemas import UsageError
 
 __all__ = ["LoopbackCluster"]
@@ -145,9 +144,10 @@ class LoopbackCluster(ProcessGroup):
             with anyio.move_on_after(timeout):
                 while True:
                     try:
-                        info = await js.stream_info(stream)
-                    except (nats.errors.Error, nats.js.errors.Error) as exc:  # no leader yet, or no stream
-                        last = f"{type(exc).__name__}: {exc}"
+                        with translating(f"stream {stream}"):
+                            info = await js.stream_info(stream)
+                    except BusError as exc:  # no leader yet, or no stream
+                        last = str(exc)
                     else:
                         leader = info.cluster.leader if info.cluster else None
                         node = next((n for n in self.running if leader and n.server_name == leader), None)

@@ -4,7 +4,10 @@ CtxbusError
 └── BusError                 talking to NATS failed
     ├── ServerError          the embedded nats-server is missing or would not start
     ├── NotAuthorized        the server refused who we connected as (or that we gave no one)
+    ├── Refused              the server refused a request (a JetStream API error, with its code)
+    │   └── NotFound         what was asked for is not there (a stream, a message, a key)
     ├── BusUnavailable       no server answered in time (down, restarting, unreachable)
+    │   ├── NoResponders     nobody took the request (no stream for a write, nobody serving)
     │   └── StreamMissing    no stream answered a read: not created yet, or lost with a store
     ├── Unsigned             an answer no trusted key signed
     ├── CasConflict          a compare-and-set found another last sequence
@@ -21,7 +24,10 @@ __all__ = [
     "BusError",
     "ServerError",
     "NotAuthorized",
+    "Refused",
+    "NotFound",
     "BusUnavailable",
+    "NoResponders",
     "StreamMissing",
     "CasConflict",
     "Unsigned",
@@ -44,8 +50,30 @@ class NotAuthorized(BusError):
     a server started with auth (`ctxbus up --auth`) admits only its principals."""
 
 
+class Refused(BusError):
+    """Raised when the server refused a request: JetStream's API said no, with an HTTP-like
+    `code`, its own `err_code` (10071: a compare-and-set found another last sequence)
+    and a `description`."""
+
+    def __init__(self, action: str, *, code: int | None, err_code: int | None, description: str) -> None:
+        self.action = action
+        self.code = code
+        self.err_code = err_code
+        self.description = description
+        super().__init__(f"{action}: {description}")
+
+
+class NotFound(Refused):
+    """Raised when what a request asked for is not there: a stream, a message, a key."""
+
+
 class BusUnavailable(BusError):
     """Raised when no server answered before the operation's deadline."""
+
+
+class NoResponders(BusUnavailable):
+    """Raised when nobody took a request: a write to a stream that does not exist (a
+    server back with an empty store), or a request nobody serves."""
 
 
 class StreamMissing(BusUnavailable):

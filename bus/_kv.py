@@ -19,22 +19,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-import nats.errors
-import nats.js.errors
 from nats.aio.client import Client
 from nats.js import api
 
-from bus._errors import BusError, BusUnavailable, CasConflict
+from bus._errors import CasConflict, NoResponders, NotFound, Refused
 from bus._streams import (
     EXPECTED_LAST_SUBJECT_SEQ,
-    NO_STREAM,
-    RECOVERING,
-    TRANSIENT,
     WRONG_LAST_SEQUENCE,
     actual_sequence,
     ensure_stream,
     read_unavailable,
 )
+from bus._translate import translating
 from schemas import UsageError
 
 __all__ = ["Bucket", "BucketConfig", "KvEntry"]
@@ -107,16 +103,14 @@ class Bucket:
 
     async def get(self, key: str) -> KvEntry | None:
         """The key's last message, tombstones included; None if it never existed or expired."""
+        action = f"cannot read {self.config.name}/{key}"
         try:
-            msg = await self._js.get_msg(self.stream, subject=self._prefix + key, direct=True)
-        except nats.js.errors.NotFoundError:
+            with translating(action):
+                msg = await self._js.get_msg(self.stream, subject=self._prefix + key, direct=True)
+        except NotFound:
             return None
-        except RECOVERING as exc:
-            raise read_unavailable(f"cannot read {self.config.name}/{key}", exc) from exc
-        except nats.js.errors.APIError as exc:
-            raise BusError(f"cannot read {self.config.name}/{key}: {exc.description}") from exc
-        except nats.errors.Error as exc:  # closed, or a request the client will not send
-            raise BusError(f"cannot read {self.config.name}/{key}: {exc!r}") from exc
+        except NoResponders as exc:
+            raise read_unavailable(action, exc) from exc
         headers = msg.headers or {}
         deleted = headers.get(KV_OPERATION) in _TOMBSTONES
         labels = {name: text for name, text in headers.items() if name.startswith(LABEL_PREFIX)}
@@ -168,15 +162,10 @@ class Bucket:
         not exist yet (reading never creates it)."""
         filter_subject = f"{self._prefix}{prefix}.>" if prefix else f"{self._prefix}>"
         try:
-            info = await self._js.stream_info(self.stream, subjects_filter=filter_subject)
-        except nats.js.errors.NotFoundError:
+            with translating(f"cannot list {self.config.name}"):
+                info = await self._js.stream_info(self.stream, subjects_filter=filter_subject)
+        except NotFound:
             return []
-        except nats.js.errors.APIError as exc:
-            raise BusError(f"cannot list {self.config.name}: {exc.description}") from exc
-        except TRANSIENT as exc:
-            raise BusUnavailable(f"cannot list {self.config.name}: {exc!r}") from exc
-        except nats.errors.Error as exc:  # closed, or a request the client will not send
-            raise BusError(f"cannot list {self.config.name}: {exc!r}") from exc
         live = []
         for key in sorted(s.removeprefix(self._prefix) for s in info.state.subjects or {}):
             entry = await self.get(key)
@@ -188,24 +177,23 @@ class Bucket:
         recreated = False
         while True:
             try:
-                ack = await self._js.publish(self._prefix + key, payload, stream=self.stream, headers=headers or None)
+                with translating(f"write to {self.config.name}/{key}"):
+                    ack = await self._js.publish(
+                        self._prefix + key, payload, stream=self.stream, headers=headers or None
+                    )
                 return int(ack.seq)
-            except NO_STREAM as exc:
+            except NoResponders:
                 if recreated:
-                    raise BusUnavailable(f"write to {self.config.name}/{key} not acknowledged: {exc!r}") from exc
+                    raise
                 # A server that lost its store (or a bucket deleted by hand) would refuse
                 # every write for good: create the bucket again, and write once more.
                 log.warning("no stream took a write to %s/%s; creating the bucket again", self.config.name, key)
                 await self.ensure()
                 recreated = True
-            except RECOVERING as exc:
-                raise BusUnavailable(f"write to {self.config.name}/{key} not acknowledged: {exc!r}") from exc
-            except nats.js.errors.APIError as exc:
+            except Refused as exc:
                 if exc.err_code == WRONG_LAST_SEQUENCE:
                     raise CasConflict(key, expected or 0, actual_sequence(exc)) from exc
-                raise BusError(f"write to {self.config.name}/{key} refused: {exc.description}") from exc
-            except nats.errors.Error as exc:  # closed, or a message the client will not send
-                raise BusError(f"write to {self.config.name}/{key} failed: {exc!r}") from exc
+                raise
 
 
 def whole_seconds(ttl: float) -> int:

@@ -12,13 +12,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import anyio
-import nats.errors
 from anyio.abc import TaskStatus
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from bus._errors import BusError, BusUnavailable, Unsigned
+from bus._errors import BusError, BusUnavailable, NoResponders, Unsigned
 from bus._keys import Signer, Verifier, sealed_by
+from bus._translate import translating
 
 __all__ = ["Request", "Handler", "Listener", "listen", "serve", "request", "gather", "publish"]
 
@@ -64,17 +64,16 @@ async def listen(
             log.exception("listener for %s failed", msg.subject)
 
     # A callback, not `sub.messages`: nats-py's iterator costs a task per message.
-    sub = await client.subscribe(subject, queue=queue or "", cb=on_msg, pending_msgs_limit=65536)
+    with translating(f"cannot listen on {subject}"):
+        sub = await client.subscribe(subject, queue=queue or "", cb=on_msg, pending_msgs_limit=65536)
     try:
-        await client.flush()  # the server knows the subscription before we report ready
+        with translating(f"cannot listen on {subject}"):
+            await client.flush()  # the server knows the subscription before we report ready
         task_status.started()
         await anyio.sleep_forever()
     finally:
-        with anyio.CancelScope(shield=True):
-            try:
-                await sub.unsubscribe()
-            except nats.errors.Error:
-                pass  # connection already closed
+        with anyio.CancelScope(shield=True), contextlib.suppress(BusError), translating("cannot unsubscribe"):
+            await sub.unsubscribe()  # the connection may be closed already
 
 
 async def serve(
@@ -104,7 +103,8 @@ async def serve(
         try:
             answer = await handler(request)
             if answer is not None and request.reply:
-                await client.publish(request.reply, answer)
+                with translating(f"cannot answer on {request.reply}"):
+                    await client.publish(request.reply, answer)
         except Exception:  # one bad request must not stop the service
             log.exception("handler for %s failed", request.subject)
         finally:
@@ -129,13 +129,12 @@ async def request(
     :raises BusError: if the request cannot be sent at all (client closed, payload too big).
     """
     try:
-        msg = await client.request(subject, data, timeout=timeout)
-    except nats.errors.NoRespondersError as exc:
-        raise BusUnavailable(f"nobody is serving {subject}") from exc
-    except nats.errors.TimeoutError as exc:
-        raise BusUnavailable(f"no reply on {subject} within {timeout}s") from exc
-    except nats.errors.Error as exc:
-        raise _send_failed(f"request on {subject}", exc) from exc
+        with translating(f"request on {subject} failed"):
+            msg = await client.request(subject, data, timeout=timeout)
+    except NoResponders as exc:
+        raise NoResponders(f"nobody is serving {subject}") from exc
+    except BusUnavailable as exc:
+        raise BusUnavailable(f"no reply on {subject} within {timeout}s ({exc})") from exc
     if verifier is not None and not sealed_by(verifier, msg.data, msg.headers):
         raise Unsigned(f"the reply on {subject} is not signed by a trusted key")
     return msg.data
@@ -152,15 +151,11 @@ async def gather(client: Client, subject: str, data: bytes, *, wait: float) -> l
     """
     inbox = client.new_inbox()
     replies: list[bytes] = []
-    try:
+    with translating(f"request on {subject} failed"):
         sub = await client.subscribe(inbox)
-    except nats.errors.Error as exc:
-        raise _send_failed(f"request on {subject}", exc) from exc
     try:
-        try:
+        with translating(f"request on {subject} failed"):
             await client.publish(subject, data, reply=inbox)
-        except nats.errors.Error as exc:
-            raise _send_failed(f"request on {subject}", exc) from exc
         with anyio.move_on_after(wait):
             async for msg in sub.messages:
                 if msg.headers and msg.headers.get("Status") == "503":
@@ -168,7 +163,7 @@ async def gather(client: Client, subject: str, data: bytes, *, wait: float) -> l
                 replies.append(msg.data)
     finally:
         with anyio.CancelScope(shield=True):
-            with contextlib.suppress(nats.errors.Error):
+            with contextlib.suppress(BusError), translating("cannot unsubscribe"):
                 await sub.unsubscribe()
     return replies
 
@@ -178,24 +173,5 @@ async def publish(client: Client, subject: str, data: bytes, *, signer: Signer |
 
     :raises BusError: if the client cannot take the message (closed, payload too big).
     """
-    try:
+    with translating(f"publish on {subject} failed"):
         await client.publish(subject, data, headers=None if signer is None else signer.seal(data))
-    except nats.errors.Error as exc:
-        raise _send_failed(f"publish on {subject}", exc) from exc
-
-
-_FOR_GOOD = (
-    nats.errors.ConnectionClosedError,
-    nats.errors.ConnectionDrainingError,
-    nats.errors.MaxPayloadError,
-    nats.errors.BadSubjectError,
-)
-"""Send failures that trying again cannot mend: the client is closed, or the message is wrong."""
-
-
-def _send_failed(action: str, exc: nats.errors.Error) -> BusError:
-    """The error a failed send is to callers: `BusUnavailable` (worth retrying) only while
-    the connection may come back."""
-    if isinstance(exc, _FOR_GOOD):
-        return BusError(f"{action} failed: {exc!r}")
-    return BusUnavailable(f"{action} failed: {exc!r}")

@@ -26,14 +26,13 @@ from typing import Final, Self
 
 import anyio
 import anyio.to_thread
-import nats.errors
-import nats.js.errors
 
 from bus._auth import PROBE_USER, AuthStore
 from bus._connection import BusConfig, close_quietly, connect
-from bus._errors import BusUnavailable, ServerError
+from bus._errors import BusError, BusUnavailable, ServerError
 from bus._lifecycle import ProcessGroup
 from bus._pid_lock import PidLock
+from bus._translate import translating
 
 __all__ = ["EmbeddedServer", "find_nats_server", "free_port", "DEFAULT_SYNC_INTERVAL"]
 
@@ -380,10 +379,11 @@ class EmbeddedServer(ProcessGroup):
             try:
                 while True:
                     try:
-                        await client.jetstream(timeout=1.0).account_info()
+                        with translating("JetStream does not answer"):
+                            await client.jetstream(timeout=1.0).account_info()
                         return
-                    except (nats.errors.Error, nats.js.errors.Error) as exc:
-                        last = f"{type(exc).__name__}: {exc}"
+                    except BusError as exc:
+                        last = str(exc)
                     await anyio.sleep(0.05)
             finally:
                 with anyio.CancelScope(shield=True):

@@ -38,27 +38,32 @@ from datetime import datetime
 from typing import Final, NoReturn
 
 import anyio
-import nats.errors
-import nats.js.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext, api
 
-from bus._errors import AppendExpired, BusError, BusUnavailable, CasConflict, LogTruncated
+from bus._errors import (
+    AppendExpired,
+    BusError,
+    BusUnavailable,
+    CasConflict,
+    LogTruncated,
+    NoResponders,
+    NotFound,
+    Refused,
+)
 from bus._retry import Retry
 from bus._streams import (
     DUPLICATE_IN_PROCESS,
     EXPECTED_LAST_SUBJECT_SEQ,
-    NO_STREAM,
-    RECOVERING,
-    TRANSIENT,
     WRONG_LAST_SEQUENCE,
     actual_sequence,
     ensure_stream,
     read_unavailable,
 )
 from bus._subjects import TX_STREAM, TX_SUBJECTS, live_subject
+from bus._translate import translating
 
 __all__ = ["TxLog", "TxLogConfig", "LogEntry"]
 
@@ -179,39 +184,36 @@ class TxLog:
             if not_after is not None and (late := time.time() - not_after) > 0:
                 raise AppendExpired(subject, late)
             try:
-                ack = await self._js.publish(
-                    subject,
-                    payload,
-                    timeout=min(self.config.attempt_timeout, left),
-                    stream=self.config.stream,
-                    headers=headers,
-                )
+                with translating(f"append to {subject} refused"):
+                    ack = await self._js.publish(
+                        subject,
+                        payload,
+                        timeout=min(self.config.attempt_timeout, left),
+                        stream=self.config.stream,
+                        headers=headers,
+                    )
                 return ack.seq
-            except nats.js.errors.BadRequestError as exc:
-                if exc.err_code != WRONG_LAST_SEQUENCE or expected_last_subject_seq is None:
-                    raise BusError(f"append to {subject} refused: {exc.description}") from exc
-                # Our own earlier attempt (lost ack, or a caller's retry) may be what
-                # moved the subject on: then the append already happened.
-                stored = await self._find_own_append(subject, msg_id, expected_last_subject_seq)
-                if stored is not None:
-                    return stored
-                raise CasConflict(subject, expected_last_subject_seq, actual_sequence(exc)) from exc
-            except NO_STREAM as exc:
-                log.warning("no stream took an append to %s (%r); creating the log again", subject, exc)
+            except NoResponders as exc:
+                log.warning("no stream took an append to %s (%s); creating the log again", subject, exc)
                 await self._recreate()
                 await retry.pause()
-            except RECOVERING as exc:  # a repeat is safe: the message id dedupes it
-                log.debug("append to %s not acknowledged (%r); retrying", subject, exc)
+            except BusUnavailable as exc:  # a repeat is safe: the message id dedupes it
+                log.debug("append to %s not acknowledged (%s); retrying", subject, exc)
                 await retry.pause()
-            except nats.js.errors.APIError as exc:
+            except Refused as exc:
+                if exc.err_code == WRONG_LAST_SEQUENCE and expected_last_subject_seq is not None:
+                    # Our own earlier attempt (lost ack, or a caller's retry) may be what
+                    # moved the subject on: then the append already happened.
+                    stored = await self._find_own_append(subject, msg_id, expected_last_subject_seq)
+                    if stored is not None:
+                        return stored
+                    raise CasConflict(subject, expected_last_subject_seq, actual_sequence(exc)) from exc
                 if exc.err_code != DUPLICATE_IN_PROCESS:
-                    raise BusError(f"append to {subject} refused: {exc.description}") from exc
+                    raise
                 # An earlier attempt, unacknowledged in time, is still being stored: ask
                 # again once it is, and hear its sequence.
                 log.debug("append to %s still in process under msg id %s; asking again", subject, msg_id)
                 await retry.pause()
-            except nats.errors.Error as exc:  # closed, or a message the client will not send
-                raise BusError(f"append to {subject} failed: {exc!r}") from exc
         raise BusUnavailable(f"append to {subject} not acknowledged within {self.config.deadline:g}s")
 
     async def _recreate(self) -> None:
@@ -228,14 +230,14 @@ class TxLog:
         Any copy of a replicated stream answers, and a follower's answer may lag a little;
         `from_leader` asks the stream's leader, whose answer is never behind what anyone read.
         """
+        action = f"cannot read the last sequence of {subject}"
         try:
-            raw = await self._js.get_msg(self.config.stream, subject=subject, direct=not from_leader)
-        except nats.js.errors.NotFoundError:
+            with translating(action):
+                raw = await self._js.get_msg(self.config.stream, subject=subject, direct=not from_leader)
+        except NotFound:
             return 0
-        except RECOVERING as exc:
-            raise read_unavailable(f"cannot read the last sequence of {subject}", exc) from exc
-        except nats.errors.Error as exc:  # closed, or a request the client will not send
-            raise BusError(f"cannot read the last sequence of {subject}: {exc!r}") from exc
+        except NoResponders as exc:
+            raise read_unavailable(action, exc) from exc
         return int(raw.seq or 0)
 
     async def read(
@@ -284,8 +286,9 @@ class TxLog:
             try:
                 while True:
                     try:
-                        msg = await sub.next_msg(timeout=stall)
-                    except nats.errors.TimeoutError:
+                        with translating(f"cannot follow {subject_filter}"):
+                            msg = await sub.next_msg(timeout=stall)
+                    except BusUnavailable:  # nothing came within `stall`: idle, or dead?
                         if self._client.stats["reconnects"] != reconnects:
                             break  # the server may have lost our ephemeral consumer
                         unsent = await self._has_entry_from(subject_filter, next_seq)
@@ -337,9 +340,10 @@ class TxLog:
         sub = await self._client.subscribe(live_subject(self.config.stream, subject), cb=feed.on_msg)
         try:
             try:
-                await self._client.flush()  # subscribed on the server before the log is read
-            except TRANSIENT as exc:  # the subscription is sent again on reconnect
-                log.debug("live subscription to %s not confirmed yet (%r)", subject, exc)
+                with translating(f"cannot subscribe to the live log of {subject}"):
+                    await self._client.flush()  # subscribed on the server before the log is read
+            except BusUnavailable as exc:  # the subscription is sent again on reconnect
+                log.debug("live subscription to %s not confirmed yet (%s)", subject, exc)
             direct_limit = 0  # a join may be far behind: stream it, and learn how far
             reconnects = self._client.stats["reconnects"]
             while True:
@@ -366,35 +370,31 @@ class TxLog:
 
     async def purge(self, subject: str) -> None:
         """Remove every entry of `subject` (used when a domain is closed for good)."""
-        try:
+        with translating(f"cannot purge {subject}"):
             await self._js.purge_stream(self.config.stream, subject=subject)
-        except nats.js.errors.APIError as exc:
-            raise BusError(f"cannot purge {subject}: {exc.description}") from exc
-        except TRANSIENT as exc:
-            raise BusUnavailable(f"cannot purge {subject}: {exc!r}") from exc
-        except nats.errors.Error as exc:  # closed, or a request the client will not send
-            raise BusError(f"cannot purge {subject}: {exc!r}") from exc
 
     # -- internals -----------------------------------------------------------------------
 
     async def _subscribe(self, subject_filter: str, start: int) -> JetStreamContext.PushSubscription:
         retry = Retry(max_pause=1.0)
         while True:
+            action = f"cannot follow {subject_filter}"
             try:
-                return await self._js.subscribe(
-                    subject_filter,
-                    stream=self.config.stream,
-                    ordered_consumer=True,
-                    idle_heartbeat=self.config.idle_heartbeat,
-                    config=api.ConsumerConfig(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start),
-                )
-            except nats.js.errors.NotFoundError as exc:  # no stream: nothing to follow yet
-                raise read_unavailable(f"cannot follow {subject_filter}", exc) from exc
-            except RECOVERING as exc:
-                log.debug("cannot subscribe to %s yet (%r); retrying", subject_filter, exc)
+                with translating(action):
+                    return await self._js.subscribe(
+                        subject_filter,
+                        stream=self.config.stream,
+                        ordered_consumer=True,
+                        idle_heartbeat=self.config.idle_heartbeat,
+                        config=api.ConsumerConfig(
+                            deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start
+                        ),
+                    )
+            except NotFound as exc:  # no stream: nothing to follow yet
+                raise read_unavailable(action, exc) from exc
+            except BusUnavailable as exc:
+                log.debug("cannot subscribe to %s yet (%s); retrying", subject_filter, exc)
                 await retry.pause()
-            except nats.errors.Error as exc:  # closed, or a request the client will not send
-                raise BusError(f"cannot follow {subject_filter}: {exc!r}") from exc
 
     async def _read_retrying(self, subject: str, from_seq: int, direct_limit: int) -> AsyncGenerator[LogEntry, None]:
         """`read`, resumed after the last entry it yielded while the server is away."""
@@ -432,10 +432,11 @@ class TxLog:
         """Whether the stream holds an entry of `subject_filter` at or after `seq`; None
         while that cannot be told."""
         try:
-            await self._js.get_msg(self.config.stream, seq=seq, subject=subject_filter, next=True)
-        except nats.js.errors.NotFoundError:
+            with translating(f"cannot read {subject_filter} from sequence {seq}"):
+                await self._js.get_msg(self.config.stream, seq=seq, subject=subject_filter, next=True)
+        except NotFound:
             return False
-        except (*TRANSIENT, nats.js.errors.APIError):
+        except (BusUnavailable, Refused):
             return None  # ask again after the next quiet spell
         return True
 
@@ -449,14 +450,14 @@ class TxLog:
 
     async def _get_next(self, subject: str, seq: int) -> LogEntry | None:
         """The first entry of `subject` at or after `seq`, by direct get; None if none."""
+        action = f"cannot read {subject} from sequence {seq}"
         try:
-            raw = await self._js.get_msg(self.config.stream, seq=seq, subject=subject, next=True, direct=True)
-        except nats.js.errors.NotFoundError:
+            with translating(action):
+                raw = await self._js.get_msg(self.config.stream, seq=seq, subject=subject, next=True, direct=True)
+        except NotFound:
             return None
-        except RECOVERING as exc:
-            raise read_unavailable(f"cannot read {subject} from sequence {seq}", exc) from exc
-        except nats.errors.Error as exc:  # closed, or a request the client will not send
-            raise BusError(f"cannot read {subject} from sequence {seq}: {exc!r}") from exc
+        except NoResponders as exc:
+            raise read_unavailable(action, exc) from exc
         return LogEntry(
             seq=int(raw.seq or 0),
             subject=raw.subject or subject,
@@ -538,7 +539,6 @@ def _live_entry(msg: Msg) -> LogEntry | None:
 
 
 async def _unsubscribe(sub: Subscription) -> None:
-    try:
+    # The connection gone: the server drops the subscription (and any consumer) itself.
+    with contextlib.suppress(BusError), translating("cannot unsubscribe"):
         await sub.unsubscribe()
-    except (nats.errors.Error, BusError):
-        pass  # connection gone: the server drops the subscription (and any consumer) itself

@@ -152,6 +152,7 @@ async def test_a_coordinator_creates_the_log_with_its_replicas_and_never_cuts_th
 
 async def test_waiting_for_the_leader_of_a_stream_that_does_not_exist_says_so(nats_cluster: LoopbackCluster) -> None:
     with pytest.raises(
-        BusUnavailable, match=r"no running node of .* leads stream NO_SUCH_STREAM after 1s \(NotFoundError"
+        BusUnavailable,
+        match=r"no running node of .* leads stream NO_SUCH_STREAM after 1s \(stream NO_SUCH_STREAM: stream not found",
     ):
         await nats_cluster.wait_for_leader("NO_SUCH_STREAM", timeout=1)

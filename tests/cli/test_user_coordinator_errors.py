@@ -72,6 +72,6 @@ def test_a_server_without_jetstream_is_named_as_the_cause(server_without_jetstre
     assert code == 1, err
     assert err.splitlines() == [
         "ctxbus: error: cannot create stream 'CTXBUS_TX': JetStream is not enabled on this server "
-        "(start nats-server with -js, or `jetstream {}` in its config)"
+        "(start nats-server with -js, or `jetstream {}` in its config), or is not answering yet"
     ]
     assert out == ""

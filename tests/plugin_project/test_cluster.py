@@ -18,6 +18,8 @@ async def test_an_r3_write_goes_through_once_a_new_leader_is_elected(nats_cluste
     try:
         elected = await nats_cluster.wait_for_leader(stream)
         assert elected is not leader and elected.running
-        assert (await js.publish(f"{stream}.a", b"after")).seq == 2
+        # The client may have been on the dead node: it reconnects first, which on a busy
+        # machine can take longer than a publish's default 5 s.
+        assert (await js.publish(f"{stream}.a", b"after", timeout=15)).seq == 2
     finally:
         await leader.astart()  # the cluster is the session's: leave it whole
