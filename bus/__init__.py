@@ -30,12 +30,14 @@ from bus._keys import KeyInvalid, Signer, Verifier
 from bus._kv import Bucket, BucketConfig, KvEntry
 from bus._leases import Lease, LeaseConfig, Leases
 from bus._lifecycle import ProcessGroup
+from bus._logging import DEFAULT_REPEAT_WINDOW, RepeatFilter
 from bus._pid_lock import PidLock
 from bus._retry import Retry
 from bus._rpc import Handler, Listener, Request, gather, listen, publish, request, serve
 from bus._server import DEFAULT_SYNC_INTERVAL, EmbeddedServer, find_nats_server, free_port
 from bus._subjects import (
     BRIEF_BUCKET,
+    COORDINATORS_BUCKET,
     GLOBAL_DLQ,
     LEASE_BUCKET,
     METRICS_SUBJECT,
@@ -47,16 +49,24 @@ from bus._subjects import (
     TX_SUBJECTS,
     Verb,
     all_domains,
+    coordinator_key,
     domain_of,
     kv_key,
     live_subject,
     routed,
     subject,
 )
+from bus._tracing import GEN_AI, TRACER_NAME, configure_from_env, span
 from bus._txlog import LogEntry, TxLog, TxLogConfig
 
 __all__ = [
     "AppendExpired",
+    "GEN_AI",
+    "TRACER_NAME",
+    "configure_from_env",
+    "span",
+    "DEFAULT_REPEAT_WINDOW",
+    "RepeatFilter",
     "AuthStore",
     "Credentials",
     "CredentialsError",
@@ -72,6 +82,8 @@ __all__ = [
     "Verifier",
     "STOP_SIGNALS",
     "BRIEF_BUCKET",
+    "COORDINATORS_BUCKET",
+    "coordinator_key",
     "BriefLog",
     "BriefState",
     "Bucket",

@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from bus._keys import new_seed, public_key_of
 from bus._subjects import (
     BRIEF_BUCKET,
+    COORDINATORS_BUCKET,
     GLOBAL_DLQ,
     LEASE_BUCKET,
     LIVE_ROOT,
@@ -128,6 +129,7 @@ def permissions(role: Role, tenant: str, name: str) -> dict[str, Any]:
     live = f"{LIVE_ROOT}.{TX_STREAM}.{domains}.>"
     log, briefs = TX_STREAM, f"KV_{BRIEF_BUCKET}"
     leases, presence = f"KV_{LEASE_BUCKET}", f"KV_{PRESENCE_BUCKET}"
+    coordinators = f"KV_{COORDINATORS_BUCKET}"
     match role:
         case Role.COORDINATOR:
             return {
@@ -175,6 +177,7 @@ def permissions(role: Role, tenant: str, name: str) -> dict[str, Any]:
                         *_direct_get(briefs),
                         f"$JS.API.STREAM.INFO.{briefs}",
                         *_reader(presence),
+                        *_reader(coordinators),
                     ]
                 },
                 "subscribe": {"allow": [inbox, live, f"{domains}.*.*.dlq", GLOBAL_DLQ]},

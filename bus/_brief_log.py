@@ -103,14 +103,16 @@ class BriefLog:
         signer: Signer | None = None,
         verifier: Verifier | None = None,
         on_refused: Callable[[LogEntry, str], object] | None = None,
+        on_trouble: Callable[[str], object] | None = None,
     ) -> None:
         """:param signer: signs every entry appended (a coordinator's, with its tenant's key).
         :param verifier: only entries signed by a key it trusts are applied; any other is
             skipped (logged as an error, counted in `refused`, and passed to
             `on_refused` with the reason), identically by every reader that trusts the
             same keys.
+        :param on_trouble: told of each failure an append rides out (`TxLog`).
         """
-        self.txlog = TxLog(client, txlog)
+        self.txlog = TxLog(client, txlog, on_trouble=on_trouble)
         self.snapshots = Bucket(client, snapshots or BucketConfig(name=BRIEF_BUCKET))
         self._max_payload = max_payload or client.max_payload or DEFAULT_MAX_PAYLOAD
         self._signer = signer

@@ -140,9 +140,12 @@ async def request(
     return msg.data
 
 
-async def gather(client: Client, subject: str, data: bytes, *, wait: float) -> list[bytes]:
+async def gather(
+    client: Client, subject: str, data: bytes, *, wait: float, enough: Callable[[list[bytes]], bool] | None = None
+) -> list[bytes]:
     """Send `data` to every listener of `subject` and return the replies that arrive
-    within `wait` seconds (none if nobody listens), in order of arrival.
+    within `wait` seconds (none if nobody listens), in order of arrival; as soon as
+    `enough(replies)` says so, if given (every listener known to be there answered).
 
     For questions every member of a group answers, such as a status request.
 
@@ -161,6 +164,8 @@ async def gather(client: Client, subject: str, data: bytes, *, wait: float) -> l
                 if msg.headers and msg.headers.get("Status") == "503":
                     continue  # "no responders": nobody listens
                 replies.append(msg.data)
+                if enough is not None and enough(replies):
+                    break
     finally:
         with anyio.CancelScope(shield=True):
             with contextlib.suppress(BusError), translating("cannot unsubscribe"):

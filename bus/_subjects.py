@@ -28,6 +28,8 @@ __all__ = [
     "BRIEF_BUCKET",
     "LEASE_BUCKET",
     "PRESENCE_BUCKET",
+    "COORDINATORS_BUCKET",
+    "coordinator_key",
     "PROPOSE_QUEUE",
     "Verb",
     "subject",
@@ -73,6 +75,9 @@ LEASE_BUCKET: Final = "ctxbus_leases"
 
 PRESENCE_BUCKET: Final = "ctxbus_presence"
 """KV bucket of agent heartbeats."""
+
+COORDINATORS_BUCKET: Final = "ctxbus_coordinators"
+"""KV bucket of coordinator heartbeats, one key per coordinator (`coordinator_key`)."""
 
 PROPOSE_QUEUE: Final = "ctxbus-coordinators"
 """Queue group all coordinators join, so each proposal reaches exactly one."""
@@ -134,6 +139,12 @@ def routed(subject_: str, member_id: str) -> str:
 def _route_token(member_id: str) -> str:
     """Cached: a proposer computes it after every reply, for the few coordinators there are."""
     return hashlib.sha256(member_id.encode()).hexdigest()[:16]
+
+
+def coordinator_key(coordinator_id: str) -> str:
+    """A coordinator's key in `COORDINATORS_BUCKET`: its id may hold characters a key
+    cannot, so a digest of it (its heartbeat names it)."""
+    return _route_token(coordinator_id)
 
 
 def kv_key(domain: Domain, *names: str) -> str:

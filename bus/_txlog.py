@@ -126,9 +126,15 @@ class LogEntry:
 class TxLog:
     """Append to and read the transaction log stream through one NATS client."""
 
-    def __init__(self, client: Client, config: TxLogConfig | None = None) -> None:
+    def __init__(
+        self, client: Client, config: TxLogConfig | None = None, *, on_trouble: Callable[[str], object] | None = None
+    ) -> None:
+        """:param on_trouble: told, in a sentence, of each failure an append rides out by
+        retrying (no stream answered, so it is created again): a coordinator keeps
+        the last one as its last error, though the append may succeed in the end."""
         self.config = config or TxLogConfig()
         self._client = client
+        self._on_trouble = on_trouble
         self._js: JetStreamContext = client.jetstream(timeout=self.config.attempt_timeout)
 
     def __repr__(self) -> str:
@@ -195,6 +201,8 @@ class TxLog:
                 return ack.seq
             except NoResponders as exc:
                 log.warning("no stream took an append to %s (%s); creating the log again", subject, exc)
+                if self._on_trouble is not None:
+                    self._on_trouble(f"no stream took an append to {subject} ({exc}); creating the log again")
                 await self._recreate()
                 await retry.pause()
             except BusUnavailable as exc:  # a repeat is safe: the message id dedupes it

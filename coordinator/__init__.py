@@ -12,13 +12,20 @@ if _typing.TYPE_CHECKING:
     from bus import GLOBAL_DLQ, METRICS_SUBJECT, STATUS_SUBJECT
     from coordinator._committer import CommitterState, DomainCommitter
     from coordinator._config import CoordinatorConfig
+    from coordinator._metrics import Metrics, MetricsServer
+    from coordinator._presence import CoordinatorView, ServingState, survey
     from coordinator._service import Coordinator
 
 __all__ = [
     "CommitterState",
     "Coordinator",
     "CoordinatorConfig",
+    "CoordinatorView",
     "DomainCommitter",
+    "Metrics",
+    "MetricsServer",
+    "ServingState",
+    "survey",
     "GLOBAL_DLQ",
     "METRICS_SUBJECT",
     "STATUS_SUBJECT",
@@ -28,6 +35,11 @@ _HOMES = {
     "CommitterState": "coordinator._committer",
     "DomainCommitter": "coordinator._committer",
     "Coordinator": "coordinator._service",
+    "Metrics": "coordinator._metrics",
+    "MetricsServer": "coordinator._metrics",
+    "CoordinatorView": "coordinator._presence",
+    "ServingState": "coordinator._presence",
+    "survey": "coordinator._presence",
     "CoordinatorConfig": "coordinator._config",
     "GLOBAL_DLQ": "bus",
     "METRICS_SUBJECT": "bus",

@@ -22,7 +22,17 @@ import anyio
 import anyio.lowlevel
 from anyio.abc import TaskGroup
 
-from bus import AppendExpired, BriefLog, BriefState, BusError, BusUnavailable, CasConflict, Retry, StreamMissing
+from bus import (
+    AppendExpired,
+    BriefLog,
+    BriefState,
+    BusError,
+    BusUnavailable,
+    CasConflict,
+    Retry,
+    StreamMissing,
+    span,
+)
 from coordinator._config import FOLD_AUTHOR_SUFFIX, CoordinatorConfig
 from coordinator._metrics import Metrics
 from schemas import (
@@ -80,6 +90,8 @@ class Pending:
 
     proposal: Proposal
     reply_to: str | None
+    taken_at: float = field(default_factory=time.monotonic)
+    """When the coordinator took it in, for the commit latency it reports."""
 
 
 Answer = Callable[[str | None, Domain, Reply], Awaitable[None]]
@@ -250,9 +262,13 @@ class DomainCommitter:
                 self._state = CommitterState.COMMITTING
             committed = 0
             try:
-                if self._cache is None:
-                    await self._load()
-                committed = await self._commit_batch(batch)
+                with span("ctxbus.commit", {"ctxbus.domain": str(self.domain), "ctxbus.batch": len(batch)}) as current:
+                    if self._cache is None:
+                        await self._load()
+                    committed = await self._commit_batch(batch)
+                    current.set_attribute("ctxbus.commits", committed)
+                    if self._cache is not None:
+                        current.set_attribute("ctxbus.revision", self._cache.brief.revision)
             except Exception as exc:  # the bus, or a bug: the next batch may fare better
                 self._metrics.error(f"{self.domain}: a batch of {len(batch)} failed: {exc!r}")
                 log.log(
@@ -339,8 +355,8 @@ class DomainCommitter:
             # Only now, with the answers gone: nobody but the next batch waits for it.
             self._appended(judgement, seq)
             self._fold.room -= sum(map(render_growth_bound, judgement.commits))
-            for _commit in judgement.commits:
-                self._metrics.committed()
+            self._metrics.committed(len(judgement.commits))
+            self._metrics.batch(len(judgement.commits))
             return len(judgement.commits)
         self._metrics.error(f"{self.domain}: gave up after {self._config.cas_retries} conflicts")
         busy = Rejection(
@@ -375,7 +391,7 @@ class DomainCommitter:
         try:
             return await self._log.append(judged_on, judgement.commits, sender=self._id)
         except CasConflict as exc:
-            self._metrics.cas_retries += 1
+            self._metrics.cas_retry()
             self._reloaded(await self._log.refresh(judged_on, exc.actual))
             self._fold.room = 0  # others' commits grew the brief by who knows how much
             self._lost_race(self.domain, self._cached.last_writer)
@@ -385,9 +401,16 @@ class DomainCommitter:
         """Answer every proposal of `batch`, and let the answers leave before the caller
         goes on: nats-py only queues them, and what follows (applying the last commit, a
         snapshot that encodes the whole brief) would hold them back."""
+        now = time.monotonic()
         for pending, reply in zip(batch, replies, strict=True):
-            if isinstance(reply, Committed) and reply.duplicate:
-                self._metrics.duplicates += 1
+            if isinstance(reply, Committed):
+                if reply.duplicate:
+                    self._metrics.duplicate()
+                else:
+                    self._metrics.answered(now - pending.taken_at)
+            elif reply.code is RejectionCode.EXPIRED:
+                late = pending.proposal.deadline < time.time()
+                self._metrics.expire("late" if late else "unrecognisable")
             await self._answer_one(pending.reply_to, self.domain, reply)
         await anyio.lowlevel.checkpoint()
 
@@ -447,6 +470,7 @@ class DomainCommitter:
             return
         self._appended(judgement, seq)
         self._metrics.committed()
+        self._metrics.batch(1)
         self._snapshots.since += 1
         self._leave_room(budget, count(render_brief(judgement.brief)))
 

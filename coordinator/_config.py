@@ -36,6 +36,11 @@ answered can join it (as PostgreSQL's `commit_delay`); never when the domain is 
 DEFAULT_MAX_BATCH: Final = 64
 """Proposals committed in one log entry at most; 64 bounded ops fit well in 1 MiB."""
 
+DEFAULT_HEARTBEAT: Final = 2.0
+"""Seconds between a coordinator's heartbeats (`ctxbus status` tells a late one apart)."""
+DEFAULT_AGENT_SCAN: Final = 5.0
+"""Seconds between two reads of the agents' heartbeats, for the per-agent metrics."""
+
 DEFAULT_IDLE_EVICT: Final = 600.0
 """Seconds a domain goes without proposals before its cached brief is dropped; the next
 proposal loads it again (snapshot plus the log after it)."""
@@ -71,6 +76,10 @@ class CoordinatorConfig:
     batch_linger: float = DEFAULT_BATCH_LINGER
     forward_timeout: float = DEFAULT_FORWARD_TIMEOUT
     idle_evict: float = DEFAULT_IDLE_EVICT
+    heartbeat: float = DEFAULT_HEARTBEAT
+    """Seconds between heartbeats in the coordinators' bucket."""
+    agent_scan: float = DEFAULT_AGENT_SCAN
+    """Seconds between reads of the agents' heartbeats, which the per-agent metrics show."""
     replicas: int = 1
     """Copies of the log, the snapshots and the agents' lease and presence buckets the
     coordinator creates: 3 on a 3-node cluster. An existing stream is never cut down."""
@@ -104,7 +113,7 @@ class CoordinatorConfig:
         for name in ("snapshot_every", "cas_retries", "max_in_flight", "max_batch"):
             if not getattr(self, name) >= 1:  # 0 would answer every proposal `busy`, or none
                 raise UsageError(f"{name} must be at least 1, got {getattr(self, name)!r}")
-        for name in ("idle_evict", "forward_timeout"):
+        for name in ("idle_evict", "forward_timeout", "heartbeat", "agent_scan"):
             if not getattr(self, name) > 0:
                 raise UsageError(f"{name} must be a positive number of seconds, got {getattr(self, name)!r}")
         for name in ("close_grace", "batch_linger"):

@@ -10,16 +10,21 @@ domain's proposals go to) and status.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
+import os
+import socket
 import time
 from functools import partial
+from typing import Final
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from bus import (
     BRIEF_BUCKET,
+    COORDINATORS_BUCKET,
     LEASE_BUCKET,
     METRICS_SUBJECT,
     PRESENCE_BUCKET,
@@ -40,6 +45,7 @@ from bus import (
     Unsigned,
     Verb,
     all_domains,
+    coordinator_key,
     domain_of,
     event_loop_name,
     listen,
@@ -56,7 +62,9 @@ from coordinator._metrics import Metrics
 from schemas import (
     DEFAULT_MAX_PAYLOAD,
     BodyInvalid,
+    CoordinatorPresence,
     Domain,
+    Presence,
     Proposal,
     ProposalEnvelope,
     Rejection,
@@ -73,6 +81,14 @@ __all__ = ["Coordinator"]
 
 log = logging.getLogger(__name__)
 
+_HEARTBEAT_TTL: Final = 600
+"""Seconds a heartbeat is kept after it was written: so long, a coordinator that stopped
+beating shows as not answering (frozen or killed) rather than vanishing."""
+_GOODBYE_TTL: Final = 60
+"""Seconds the heartbeat a coordinator writes on a clean stop is kept."""
+_GOODBYE_TIMEOUT: Final = 2.0
+"""Seconds a stopping coordinator waits to say so."""
+
 
 class _Forwarded:
     """A proposal passed on to another coordinator: holds its place in the limiter."""
@@ -86,7 +102,7 @@ class Coordinator:
     def __init__(self, client: NatsClient, config: CoordinatorConfig | None = None) -> None:
         self.config = config or CoordinatorConfig()
         self.id = self.config.coordinator_id
-        self.metrics = Metrics()
+        self.metrics = Metrics(coordinator_id=self.id)
         self._client = client
         self._log = BriefLog(
             client,
@@ -95,6 +111,7 @@ class Coordinator:
             signer=self.config.signer,
             verifier=self.config.verifier,
             on_refused=self._refused_entry,
+            on_trouble=self.metrics.error,
         )
         self._committers: dict[Domain, DomainCommitter] = {}
         self._owners: dict[Domain, str] = {}
@@ -134,6 +151,8 @@ class Coordinator:
             await tg.start(partial(serve, self._client, METRICS_SUBJECT, self._on_metrics))
             tg.start_soon(self._evict_idle_domains)
             tg.start_soon(self._ensure_agent_buckets)
+            await tg.start(self._beat)
+            tg.start_soon(self._scan_agents)
             log.info("coordinator %s serving proposals (event loop: %s)", self.id, event_loop_name())
             task_status.started()
 
@@ -155,6 +174,58 @@ class Coordinator:
                     log.log(logging.DEBUG if told else logging.WARNING, "cannot create %s yet: %s", name, exc)
                     told = True
                     await retry.pause()
+
+    async def _beat(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Say, every `heartbeat` seconds, that this coordinator serves; on a clean stop,
+        that it stopped. A heartbeat lives long after it stops coming (`_HEARTBEAT_TTL`),
+        so `ctxbus status` can tell a coordinator that stopped answering (frozen, or
+        killed) from one that stopped."""
+        bucket = Bucket(self._client, BucketConfig(name=COORDINATORS_BUCKET, replicas=self.config.replicas))
+        key = coordinator_key(self.id)
+        me = CoordinatorPresence(
+            coordinator=self.id,
+            started=self.metrics.started,
+            interval=self.config.heartbeat,
+            pid=os.getpid(),
+            host=socket.gethostname(),
+        )
+        try:
+            await bucket.ensure()
+        except BusError as exc:  # the heartbeats wait for the bus; serving does not
+            log.warning("cannot create %s yet: %s", COORDINATORS_BUCKET, exc)
+        task_status.started()
+        told = False
+        try:
+            while True:
+                try:
+                    await bucket.put(key, me.model_copy(update={"at": time.time()}).encode(), ttl=_HEARTBEAT_TTL)
+                    told = False
+                except BusError as exc:
+                    log.log(logging.DEBUG if told else logging.WARNING, "heartbeat of %s skipped: %s", self.id, exc)
+                    told = True
+                await anyio.sleep(self.config.heartbeat)
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_GOODBYE_TIMEOUT):
+                with contextlib.suppress(BusError):
+                    stopped = me.model_copy(update={"at": time.time(), "stopped": True})
+                    await bucket.put(key, stopped.encode(), ttl=_GOODBYE_TTL)
+
+    async def _scan_agents(self) -> None:
+        """Read the agents' heartbeats every `agent_scan` seconds, for the metrics."""
+        presence = Bucket(self._client, BucketConfig(name=PRESENCE_BUCKET))
+        while True:
+            try:
+                found = []
+                for entry in await presence.entries():
+                    domain, _, _ = entry.key.rpartition(".")
+                    if entry.value is not None:
+                        with contextlib.suppress(WireError):
+                            found.append((domain.replace(".", "/"), Presence.decode(entry.value)))
+                self.metrics.set_agents(found)
+            except BusError as exc:
+                log.debug("cannot read the agents' heartbeats: %s", exc)
+            self.metrics.set_domains(len(self._committers))
+            await anyio.sleep(self.config.agent_scan)
 
     # -- intake and routing ------------------------------------------------------------------
 
@@ -284,7 +355,7 @@ class Coordinator:
             if answer is None:
                 await self._take(request)
             else:
-                self.metrics.forwarded += 1
+                self.metrics.forward()
                 if request.reply:
                     await self._send(request.reply, answer)
         except Exception:  # a task of the coordinator's own: one proposal must not stop it
@@ -353,10 +424,11 @@ class Coordinator:
     async def _on_status(self, request: Request) -> bytes:
         """A `CoordinatorStatus` as JSON, which operators can read with `nats req` too."""
         domains = sorted(str(d) for d in self._committers)
-        return self.metrics.status(coordinator_id=self.id, domains=domains).encode()
+        return self.metrics.status(domains=domains).encode()
 
     async def _on_metrics(self, request: Request) -> bytes:
-        return self.metrics.prometheus(coordinator_id=self.id, domains=len(self._committers)).encode()
+        self.metrics.set_domains(len(self._committers))
+        return self.metrics.prometheus().encode()
 
 
 def _rank(domain: Domain, coordinator_id: str) -> bytes:

@@ -93,7 +93,7 @@ from schemas._message import (
     content_hash,
     message_id,
 )
-from schemas._presence import Presence
+from schemas._presence import STALE_AFTER_BEATS, CoordinatorPresence, Presence
 from schemas._status import (
     DEAD_LETTER_DETAIL_MAX,
     DEAD_LETTER_QUOTE_MAX,
@@ -136,6 +136,7 @@ __all__ = [
     "CommitEnvelope",
     "Committed",
     "Complete",
+    "CoordinatorPresence",
     "CoordinatorStatus",
     "CtxbusError",
     "DEAD_LETTER_DETAIL_MAX",
@@ -195,6 +196,7 @@ __all__ = [
     "ReplyEnvelope",
     "ReportRequest",
     "ResolveBlocker",
+    "STALE_AFTER_BEATS",
     "SUPPORTED_VERSIONS",
     "SchemaVersionError",
     "SetGoal",

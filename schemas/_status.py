@@ -55,6 +55,8 @@ class CoordinatorStatus(BaseModel):
     """Proposals refused, by rejection code."""
     dead_letters: dict[str, int] = Field(default_factory=dict)
     """Messages dead-lettered, by reason."""
+    expired: dict[str, int] = Field(default_factory=dict)
+    """Proposals not committed for their deadline, by reason (`late`, `unrecognisable`)."""
     self_check_failures: int = Field(default=0, ge=0)
     """Snapshots not written because the cached brief was not what the log gives (a bug:
     each one is logged as an error, and the brief loaded again from the log)."""

@@ -1,8 +1,11 @@
-"""Presence: a heartbeat in KV with a TTL, so a dead agent disappears from `ctxbus top`."""
+"""Presence: a heartbeat in KV, kept a while after it stops, so `ctxbus top` shows an agent
+that stopped beating (frozen, stuck, or killed) as stale, with its age, before it goes."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import time
 from collections.abc import Callable
 from typing import Final
 
@@ -17,7 +20,12 @@ __all__ = ["PresenceBeacon", "read_presence", "DEFAULT_HEARTBEAT"]
 log = logging.getLogger(__name__)
 
 DEFAULT_HEARTBEAT: Final = 2.0
-"""Seconds between heartbeats; a heartbeat lives three times as long."""
+"""Seconds between heartbeats; three missed ones make an agent stale."""
+_GOODBYE_TIMEOUT: Final = 2.0
+"""Seconds a stopping agent waits to take its heartbeat away."""
+HEARTBEAT_TTL: Final = 600.0
+"""Seconds a heartbeat is kept after it was written: an agent that stopped beating is
+shown stale for this long, then forgotten."""
 
 
 class PresenceBeacon:
@@ -42,11 +50,20 @@ class PresenceBeacon:
         """Beat until cancelled; a failed beat is logged and retried on the next tick."""
         await self._bucket.ensure()
         task_status.started()
-        ttl = max(1.0, self._interval * 3)
+        ttl = max(HEARTBEAT_TTL, self._interval * 3)
+        try:
+            await self._beat(ttl)
+        finally:  # a clean stop: gone, not stale
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_GOODBYE_TIMEOUT):
+                with contextlib.suppress(BusError):
+                    await self._bucket.delete(self._key)
+
+    async def _beat(self, ttl: float) -> None:
         failing = False
         while True:
             try:
-                await self._bucket.put(self._key, self._snapshot().encode(), ttl=ttl)
+                beat = self._snapshot().model_copy(update={"interval": self._interval, "at": time.time()})
+                await self._bucket.put(self._key, beat.encode(), ttl=ttl)
             except BusError as exc:  # said once per outage: meanwhile the agent is not shown live
                 log.log(logging.DEBUG if failing else logging.WARNING, "heartbeat %s skipped: %s", self._key, exc)
                 failing = True
@@ -58,7 +75,7 @@ class PresenceBeacon:
 
 
 async def read_presence(client: NatsClient, domain: Domain) -> list[Presence]:
-    """Every live heartbeat of `domain`, by agent id."""
+    """Every heartbeat of `domain` kept, by agent id: stale ones too (`Presence.stale`)."""
     bucket = Bucket(client, BucketConfig(name=PRESENCE_BUCKET))
     found = []
     for entry in await bucket.entries(domain.subject_prefix):

@@ -17,12 +17,14 @@ import logging
 import time
 from typing import Final
 
+from opentelemetry.trace import SpanKind
 from pydantic import ValidationError
 
-from bus import BusUnavailable, NatsClient, Retry, Unsigned, Verb, Verifier, request, routed, subject
+from bus import GEN_AI, BusUnavailable, NatsClient, Retry, Unsigned, Verb, Verifier, request, routed, span, subject
 from schemas import (
     PROPOSAL_TTL_MAX,
     BriefOp,
+    Committed,
     Domain,
     Proposal,
     ProposalEnvelope,
@@ -106,6 +108,16 @@ class Proposer:
             )
         except ValidationError as exc:
             raise UsageError(f"cannot propose {_shown_op(op)}: {describe_validation_error(exc)}") from exc
+        attributes = {GEN_AI.AGENT_ID: self.agent_id, "ctxbus.domain": str(self.domain), "ctxbus.op": op.op}
+        with span("ctxbus.propose", attributes, kind=SpanKind.CLIENT) as current:
+            reply = await self._send(proposal, attempt_timeout, deadline)
+            current.set_attribute("ctxbus.outcome", _outcome(reply))
+            if isinstance(reply, Committed):
+                current.set_attribute("ctxbus.revision", reply.revision)
+            return reply
+
+    async def _send(self, proposal: Proposal, attempt_timeout: float, deadline: float) -> Reply:
+        """Ask the group, then the coordinator that answered last, until one answers."""
         data = ProposalEnvelope(domain=self.domain, sender=self.agent_id, body=proposal).encode()
         retry = Retry(deadline)
         while (left := retry.left()) > 0:
@@ -162,6 +174,13 @@ class ProposalUnanswered(BusUnavailable):
             f"`ctxbus coordinator` against this server); it may still be committed: {retry} to find out "
             "without committing it twice"
         )
+
+
+def _outcome(reply: Reply) -> str:
+    """A reply in a word, for a span: committed, duplicate, or the rejection's code."""
+    if isinstance(reply, Committed):
+        return "duplicate" if reply.duplicate else "committed"
+    return str(reply.code)
 
 
 def _shown_op(op: object) -> str:

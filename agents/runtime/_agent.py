@@ -49,7 +49,7 @@ from agents.runtime._saved import (
     save_queued_drops,
 )
 from agents.runtime._tail import FINAL_KINDS, TailAdapter
-from bus import BusError, Leases, NatsClient, PidLock, Verifier
+from bus import GEN_AI, BusError, Leases, NatsClient, PidLock, Verifier, span
 from schemas import BriefOp, Domain, Presence, Reply, TaskBrief, ToolCall, UsageError
 
 __all__ = ["Agent", "AgentConfig"]
@@ -303,14 +303,17 @@ class Agent:
     def compose(self, user_input: str = "") -> Composition:
         """The prompt for the next model call: queued drops applied, the shared brief in its
         head. Send it with `Composition.to_openai()` or `to_anthropic()`."""
-        dropped = bool(self._queued)
-        if dropped:
-            apply_queued_drops(self.context, self._queued)
-            self._queued.clear()
-        composition = self.context.compose(user_input, brief=self._brief_text())
-        self._last_prompt_tokens = composition.report.total
-        if dropped:
-            self._measure_tail()  # the heartbeat and ctx_status show the tail as it is now
+        with span("ctxbus.compose", {GEN_AI.AGENT_ID: self.id, "ctxbus.domain": str(self.domain)}) as current:
+            dropped = bool(self._queued)
+            if dropped:
+                apply_queued_drops(self.context, self._queued)
+                self._queued.clear()
+            composition = self.context.compose(user_input, brief=self._brief_text())
+            self._last_prompt_tokens = composition.report.total
+            if dropped:
+                self._measure_tail()  # the heartbeat and ctx_status show the tail as it is now
+            current.set_attribute("ctxbus.prompt_tokens", composition.report.total)
+            current.set_attribute("ctxbus.band", self._band)
         return composition
 
     def search(self, query: str, limit: int = 5) -> list[SearchHit]:

@@ -24,7 +24,7 @@ from agents.runtime import Agent, AgentConfig
 from agents.swarm._constraints import missing_from_brief, missing_from_pinned
 from agents.swarm._model import ScriptedModel
 from agents.swarm._scenario import CONSTRAINTS, agent_name, step, user_constraints
-from bus import BusConfig, Credentials, Leases, close_quietly, connect, run_async
+from bus import BusConfig, Credentials, Leases, RepeatFilter, close_quietly, connect, run_async
 from schemas import (
     AgentResult,
     Channel2Cycle,
@@ -56,6 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one agent; exit code 0 once it has printed its result."""
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(RepeatFilter())  # an outage's retries: one line, then a count
     return run_async(_run, args)
 
 

@@ -172,6 +172,9 @@ def _root(
         os.environ["CTXBUS_CREDENTIALS"] = credentials  # read where a command connects, and by its children
     handler = _StderrNow()
     handler.setFormatter(_WithExtras("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    from bus import RepeatFilter  # every command that logs talks to NATS: bus is loaded anyway
+
+    handler.addFilter(RepeatFilter())  # an outage's retries: one line, then a count
     logging.basicConfig(level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)], handlers=[handler])
 
 

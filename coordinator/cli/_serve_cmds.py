@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from functools import partial
@@ -104,6 +105,18 @@ AuthOption = Annotated[
         file_okay=False,
     ),
 ]
+MetricsPortOption = Annotated[
+    int | None,
+    typer.Option(
+        "--metrics-port",
+        min=0,
+        max=65535,
+        metavar="PORT",
+        help="Serve Prometheus metrics on http://127.0.0.1:PORT/metrics (0: any free port, printed); "
+        "with --auth, one port per tenant's coordinator from PORT on.",
+        show_default=False,
+    ),
+]
 _AUTH_WATCH_INTERVAL: Final = 2.0
 """Seconds between looks at whether the auth directory changed (a principal added)."""
 
@@ -145,7 +158,7 @@ def nats(
             "set up tenants and roles with `ctxbus auth init` (docs/operations.md)",
             param_hint="--host",
         )
-    run_async(_run, _local(host, port, data_dir, sync_interval, cluster, auth), None)
+    run_async(_run, _local(host, port, data_dir, sync_interval, cluster, auth), None, None)
 
 
 @commands.command()
@@ -160,6 +173,7 @@ def up(
         typer.Option(min=1, max=MAX_REPLICAS, help=_REPLICAS_HELP, show_default="the --cluster size, else 1"),
     ] = None,
     auth: AuthOption = None,
+    metrics_port: MetricsPortOption = None,
 ) -> None:
     """Start NATS and a coordinator in one foreground process: everything agents need.
 
@@ -185,7 +199,7 @@ def up(
             f"{copies} copies need {copies} nodes, and NATS here has {nodes}: {hint}", param_hint="--replicas"
         )
     config = dataclasses.replace(coordinator_config(None, brief_budget), replicas=copies)
-    run_async(_run, _local(LOOPBACK, port, data_dir, sync_interval, cluster, auth), config)
+    run_async(_run, _local(LOOPBACK, port, data_dir, sync_interval, cluster, auth), config, metrics_port)
 
 
 @commands.command()
@@ -199,6 +213,7 @@ def coordinator(
     ] = DEFAULT_SNAPSHOT_EVERY,
     brief_budget: BudgetOption = DEFAULT_BRIEF_BUDGET,
     replicas: Annotated[int, typer.Option(min=1, max=MAX_REPLICAS, help=_REPLICAS_HELP)] = 1,
+    metrics_port: MetricsPortOption = None,
 ) -> None:
     """Run the coordinator daemon against an existing NATS server or cluster.
 
@@ -211,7 +226,7 @@ def coordinator(
         snapshot_every=snapshot_every,
         replicas=replicas,
     )
-    run_async(_coordinate, bus.model_copy(update={"name": config.coordinator_id}), config)
+    run_async(_coordinate, bus.model_copy(update={"name": config.coordinator_id}), config, metrics_port)
 
 
 def _local(
@@ -264,7 +279,7 @@ def _data_dir(local: Local) -> Path:
     return local.base_dir if isinstance(local, LoopbackCluster) else local.data_dir
 
 
-async def _run(local: Local, config: CoordinatorConfig | None) -> None:
+async def _run(local: Local, config: CoordinatorConfig | None, metrics_port: int | None) -> None:
     """Run the embedded server or cluster (and a coordinator on it, if configured) until
     a signal.
 
@@ -283,12 +298,13 @@ async def _run(local: Local, config: CoordinatorConfig | None) -> None:
             _announce(local, config)
             store = _auth_of(local)
             if store is not None:
-                await _serve_tenants(local, store, config)
+                await _serve_tenants(local, store, config, metrics_port)
             elif config is None:
                 console.print("press Ctrl-C to stop")
                 await _watch(local)
             else:
-                await _serve(BusConfig(servers=_urls(local), name=config.coordinator_id), config, local)
+                bus = BusConfig(servers=_urls(local), name=config.coordinator_id)
+                await _serve(bus, config, local, metrics_port=metrics_port)
         finally:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(local.stop)
@@ -315,7 +331,9 @@ def _announce(local: Local, config: CoordinatorConfig | None) -> None:
         console.print(f"run coordinators with: ctxbus coordinator --nats {escape(urls)} --replicas {len(local.nodes)}")
 
 
-async def _serve_tenants(local: Local, store: AuthStore, config: CoordinatorConfig | None) -> None:
+async def _serve_tenants(
+    local: Local, store: AuthStore, config: CoordinatorConfig | None, metrics_port: int | None
+) -> None:
     """With auth: reload the server whenever the auth directory changes, and (for `up`)
     run a coordinator for every tenant, as its `coordinator` principal, one for each
     tenant added later too."""
@@ -338,7 +356,8 @@ async def _serve_tenants(local: Local, store: AuthStore, config: CoordinatorConf
                     signer=Signer(credentials.signing_seed) if credentials.signing_seed else None,
                     verifier=Verifier(credentials.trusted_signers) if credentials.trusted_signers else None,
                 )
-                tg.start_soon(partial(_serve, bus, tenant_config, local, quiet=True))
+                port = None if metrics_port is None else (metrics_port + len(serving) - 1 if metrics_port else 0)
+                tg.start_soon(partial(_serve, bus, tenant_config, local, quiet=True, metrics_port=port))
                 console.print(f"coordinator of tenant [bold]{escape(tenant)}[/] starting")
 
         start_coordinators()
@@ -375,7 +394,7 @@ async def _start(local: Local) -> None:
         ) from None
 
 
-async def _coordinate(bus: BusConfig, config: CoordinatorConfig) -> None:
+async def _coordinate(bus: BusConfig, config: CoordinatorConfig, metrics_port: int | None) -> None:
     """`ctxbus coordinator`: serve until a signal; one line and exit 1 if it cannot start."""
     serving = False
 
@@ -383,7 +402,10 @@ async def _coordinate(bus: BusConfig, config: CoordinatorConfig) -> None:
         nonlocal serving
         serving = True
 
-    if not await until_signal(lambda: _serve(bus, config, on_ready=on_ready)) and not serving:
+    if (
+        not await until_signal(lambda: _serve(bus, config, on_ready=on_ready, metrics_port=metrics_port))
+        and not serving
+    ):
         errors.print("interrupted before the coordinator was serving")
         raise typer.Exit(INTERRUPTED)
 
@@ -395,24 +417,30 @@ async def _serve(
     *,
     on_ready: Callable[[], object] = lambda: None,
     quiet: bool = False,
+    metrics_port: int | None = None,
 ) -> None:
-    """Serve as a coordinator until cancelled; with `local`, raise if it dies first.
+    """Serve as a coordinator until cancelled; with `local`, raise if it dies first;
+    with `metrics_port`, with its metrics over HTTP for Prometheus.
 
     :raises CtxbusError: if the coordinator cannot start (the streams cannot be created:
         no JetStream, more replicas than nodes...), as itself rather than in a group.
     """
-    from coordinator import Coordinator  # the daemon: `ctxbus nats` needs none of it
+    from coordinator import Coordinator, MetricsServer  # the daemon: `ctxbus nats` needs none of it
 
     client = await connect(bus)
     try:
-        with one_error():
+        with one_error(), contextlib.ExitStack() as stack:
             async with anyio.create_task_group() as tg:
-                await tg.start(Coordinator(client, config).run)
+                coordinator = Coordinator(client, config)
+                await tg.start(coordinator.run)
                 copies = f", {config.replicas} copies" if config.replicas > 1 else ""
                 console.print(
                     f"coordinator {escape(config.coordinator_id)} serving {escape(', '.join(bus.servers))} "
                     f"(event loop: {event_loop_name()}{copies})"
                 )
+                if metrics_port is not None:
+                    metrics = stack.enter_context(MetricsServer(coordinator.metrics, port=metrics_port))
+                    console.print(f"metrics of {escape(config.coordinator_id)} at {metrics.url}")
                 if not quiet:
                     console.print("press Ctrl-C to stop")
                 on_ready()

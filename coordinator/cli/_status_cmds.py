@@ -11,12 +11,12 @@ import anyio
 import typer
 from rich.console import Group, RenderableType
 from rich.live import Live
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from agents.brief import read_presence
-from bus import STATUS_SUBJECT, BusError, NatsClient, close_quietly, connect, gather, run_async
+from bus import STATUS_SUBJECT, BusError, NatsClient, close_quietly, connect, run_async
+from coordinator import CoordinatorView, ServingState, survey
 from coordinator.cli._app import command_set
 from coordinator.cli._common import (
     DEFAULT_NATS_URL,
@@ -30,7 +30,7 @@ from coordinator.cli._common import (
     print_json,
 )
 from coordinator.cli._running import until_signal
-from schemas import CoordinatorStatus, Domain, Presence, WireError
+from schemas import Domain, Presence
 
 __all__ = ["commands"]
 
@@ -61,55 +61,74 @@ def status(
         raise typer.Exit(1)
 
 
-_STATUS_WAIT = 1.0
-"""Seconds to collect coordinators' answers: each answers at once, from memory."""
-
-
 async def _status(urls: str, domain: Domain | None, as_json: bool) -> bool:
-    """Print the status; whether any coordinator answered."""
+    """Print the status; whether any coordinator is serving."""
     client = await connect(bus_config(urls))
     try:
-        answers = await gather(client, STATUS_SUBJECT, b"", wait=_STATUS_WAIT)
-        coordinators = sorted(filter(None, map(_coordinator_status, answers)), key=lambda c: c.coordinator)
+        coordinators, foreign = await survey(client)
         agents = await read_presence(client, domain) if domain else []
     finally:
         await close_quietly(client)
-    if as_json:
-        print_json(
-            {
-                "coordinators": [c.model_dump(mode="json") for c in coordinators],
-                "agents": [a.model_dump(mode="json") for a in agents],
-            }
-        )
-    else:
-        if not coordinators:
-            console.print("[yellow]no coordinator answered[/]: start one with `ctxbus up` or `ctxbus coordinator`")
-        for coord in coordinators:  # the id and the error are the coordinator's words: not markup
-            console.print(
-                f"coordinator [bold]{escape(coord.coordinator)}[/] up {coord.uptime_s:.0f}s: "
-                f"{coord.commits} commits ({coord.commits_per_s}/s), {len(coord.domains)} domains, "
-                f"last error: {escape(coord.last_error or 'none')}"
-            )
-        if domain is not None:
-            console.print(_agents_table(domain, agents))
-    return bool(coordinators)
-
-
-def _coordinator_status(answer: bytes) -> CoordinatorStatus | None:
-    """A coordinator's status answer; None (and a note on stderr) for anything else.
-
-    Anything may answer on the status subject (another program, a coordinator of another
-    version): one bad answer must not hide the coordinators that did answer.
-    """
-    try:
-        return CoordinatorStatus.decode(answer)
-    except WireError as exc:
+    for answer in foreign:
         errors.print(
-            f"ignoring an answer on {STATUS_SUBJECT} that is not a coordinator's status: {answer[:60]!r} ({exc})",
+            f"ignoring an answer on {STATUS_SUBJECT} that is not a coordinator's status: {answer}",
             markup=False,  # the answer and the error quote it: a `[` in them is not markup
             soft_wrap=True,  # one line, whatever the terminal's width, for grep
         )
-        return None
+    now = time.time()
+    if as_json:
+        print_json(
+            {
+                "coordinators": [_coordinator_json(c, now) for c in coordinators],
+                "agents": [{**a.model_dump(mode="json"), "stale": a.stale(now), "age_s": round(a.age(now), 1)}
+                           for a in agents],
+            }
+        )  # fmt: skip
+    else:
+        if not any(c.state is ServingState.SERVING for c in coordinators):
+            console.print("[yellow]no coordinator is serving[/]: start one with `ctxbus up` or `ctxbus coordinator`")
+        for coord in coordinators:
+            console.print(_coordinator_lines(coord, now))
+        if domain is not None:
+            console.print(_agents_table(domain, agents))
+    return any(c.state is ServingState.SERVING for c in coordinators)
+
+
+def _coordinator_json(view: CoordinatorView, now: float) -> dict[str, object]:
+    silent = view.silent_for(now)
+    return {
+        "coordinator": view.coordinator,
+        "state": view.state.value,
+        "last_heartbeat_s": None if silent is None else round(silent, 1),
+        **(view.status.model_dump(mode="json") if view.status else {}),
+    }
+
+
+def _coordinator_lines(view: CoordinatorView, now: float) -> Text:
+    """One coordinator: its state, and what it says of itself when it answers."""
+    name = Text(view.coordinator, style="bold")  # the coordinator's words: not markup
+    if view.status is None:
+        silent = view.silent_for(now)
+        ago = "" if silent is None else f" (last heartbeat {silent:.0f}s ago)"
+        if view.state is ServingState.STOPPED:
+            return Text.assemble("coordinator ", name, (f" stopped{ago}", "dim"))
+        return Text.assemble("coordinator ", name, (f" not answering{ago}: frozen, stuck or killed", "bold red"))
+    st = view.status
+    lines = Text.assemble(
+        "coordinator ", name, (" serving", "green"),
+        f": up {st.uptime_s:.0f}s, {st.commits} commits ({st.commits_per_s}/s), {len(st.domains)} domains",
+    )  # fmt: skip
+    for label, counts in (("rejections", st.rejections), ("expired", st.expired), ("dead letters", st.dead_letters)):
+        if counts:
+            lines.append(f"\n  {label}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    if st.self_check_failures:
+        lines.append(f"\n  self-check failures: {st.self_check_failures}", style="bold red")
+    if st.last_error is None:
+        lines.append("\n  last error: none")
+    else:
+        when = "" if st.last_error_at is None else f" ({max(0.0, now - st.last_error_at):.0f}s ago)"
+        lines.append(f"\n  last error{when}: {st.last_error}", style="yellow")
+    return lines
 
 
 @commands.command()
@@ -144,8 +163,10 @@ async def _top(urls: str, domain: Domain, interval: float) -> None:
 
 
 async def _watch(client: NatsClient, domain: Domain, interval: float, show: Callable[[RenderableType], object]) -> None:
-    """Read the agents' heartbeats every `interval` seconds and `show` them, until cancelled."""
+    """Read the agents' and coordinators' heartbeats every `interval` seconds and `show`
+    them, until cancelled."""
     agents: list[Presence] = []
+    coordinators: list[CoordinatorView] = []
     while True:
         problem = None
         if not client.is_connected:  # a read now would only wait for its timeout
@@ -153,38 +174,61 @@ async def _watch(client: NatsClient, domain: Domain, interval: float, show: Call
         else:
             try:
                 agents = await read_presence(client, domain)
+                coordinators, _ = await survey(client, wait=min(interval / 2, 1.0))
             except BusError as exc:  # the server went away, or is recovering
                 problem = f"cannot read the agents ({exc}), trying again"
-        show(_top_view(domain, agents, problem))
+        show(_top_view(domain, agents, coordinators, problem))
         await anyio.sleep(interval)
 
 
-def _top_view(domain: Domain, agents: list[Presence], problem: str | None) -> RenderableType:
-    """The table; while the agents cannot be read, a red line above it says why, and the
-    rows are the last ones read (their "seen" column keeps counting)."""
-    table = _agents_table(domain, agents)
-    if problem is None:
-        return table
-    line = Text(f"{problem} (Ctrl-C to stop); rows as last read", style="bold red")
-    return Group(line, table)
+def _top_view(
+    domain: Domain, agents: list[Presence], coordinators: list[CoordinatorView], problem: str | None
+) -> RenderableType:
+    """The coordinators, one line each, then the agents' table; while they cannot be
+    read, a red line above says why, and the rows are the last ones read (their "seen"
+    column keeps counting)."""
+    now = time.time()
+    parts: list[RenderableType] = []
+    if problem is not None:
+        parts.append(Text(f"{problem} (Ctrl-C to stop); rows as last read", style="bold red"))
+    parts.extend(_coordinator_summary(c, now) for c in coordinators)
+    if not coordinators:
+        parts.append(Text("no coordinator is serving", style="yellow"))
+    parts.append(_agents_table(domain, agents))
+    return Group(*parts)
+
+
+def _coordinator_summary(view: CoordinatorView, now: float) -> Text:
+    """A coordinator in one line, for `top`."""
+    if view.status is not None:
+        return Text.assemble(
+            "coordinator ", (view.coordinator, "bold"), (" serving", "green"), f", {view.status.commits} commits"
+        )
+    return _coordinator_lines(view, now)
 
 
 def _agents_table(domain: Domain, agents: list[Presence]) -> Table:
     table = Table(title=f"agents on {domain}", show_edge=False)
-    for column in ("agent", "band", "U / T", "prompt", "brief rev", "lag", "seen"):
+    for column in ("agent", "state", "band", "U / T", "prompt", "brief rev", "lag", "seen"):
         # On a narrow screen a long name goes on over lines, rather than being cut to `claude…`.
-        table.add_column(column, justify="right" if column not in ("agent", "band") else "left", overflow="fold")
+        table.add_column(
+            column, justify="right" if column not in ("agent", "state", "band") else "left", overflow="fold"
+        )
     now = time.time()
     for a in agents:
+        stale = a.stale(now)
         table.add_row(
             Text(a.agent),
+            Text("stale" if stale else "live", style="bold red" if stale else "green"),
             Text(a.band),
             f"{a.unused_tokens:,} / {a.tail_tokens:,}",
             f"{a.prompt_tokens:,}",
             str(a.brief_revision),
             str(a.lag),
-            f"{now - a.at:.0f}s ago",
+            f"{a.age(now):.0f}s ago",
         )
     if not agents:
-        table.caption = "no live agents"
+        table.caption = "no agents"
+    elif any(a.stale(now) for a in agents):
+        table.caption = "stale: no heartbeat for a while (frozen, stuck, or killed)"
     return table

@@ -819,5 +819,5 @@ async def test_a_batch_is_answered_before_the_housekeeping_after_it(nats_url: st
 
 
 def test_metrics_escape_a_coordinator_id_that_would_break_the_exposition_format() -> None:
-    text = Metrics().prometheus(coordinator_id='rack "7"\\east\nb', domains=0)
-    assert 'ctxbus_commits_total{coordinator="rack \\"7\\"\\\\east\\nb"} 0' in text.splitlines()
+    text = Metrics(coordinator_id='rack "7"\\east\nb').prometheus()
+    assert 'ctxbus_commits_total{coordinator="rack \\"7\\"\\\\east\\nb"} 0.0' in text.splitlines()

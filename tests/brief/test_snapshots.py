@@ -11,7 +11,7 @@ from agents.brief import Proposer
 from bus import TX_STREAM, BriefLog, BriefState, NatsClient, Verb, kv_key, subject
 from bus.testing import ServerFactory
 from schemas import AddNote, BriefSnapshot, Close, Commit, Committed, Proposal, TaskBrief, apply
-from tests._support import fresh_domain, running_coordinator
+from tests._support import fresh_domain, running_coordinator, serving_coordinator
 
 
 @pytest.fixture
@@ -92,3 +92,22 @@ async def test_a_log_recreated_under_its_snapshot_keeps_what_was_committed_after
         state = await BriefLog(client).load(domain)
         assert [note.text for note in state.brief.notes] == ["n0", "n1", "n2", "after"]
         assert await agent.propose(AddNote(text="next")) == Committed(revision=5)
+
+
+async def test_an_append_that_found_no_log_is_the_coordinators_last_error_though_it_committed(
+    nats_server_factory: ServerFactory,
+) -> None:
+    """The log gone under a running coordinator (lost with its only copy, or a quorum
+    lost): the append creates it again and commits, and `status` still says what happened
+    rather than "last error: none"."""
+    server = nats_server_factory()
+    domain = fresh_domain("snap")
+    async with serving_coordinator(server.url, coordinator_id="c-trouble") as serving:
+        agent = Proposer(serving.client, domain, agent_id="a")
+        assert await agent.propose(AddNote(text="n0")) == Committed(revision=1)
+        assert serving.coordinator.metrics.last_error is None
+        await serving.client.jetstream().delete_stream(TX_STREAM)
+        assert isinstance(await agent.propose(AddNote(text="after")), Committed)
+        status = serving.coordinator.metrics.status(domains=())
+    assert status.last_error is not None and "creating the log again" in status.last_error, status
+    assert status.last_error_at is not None

@@ -8,6 +8,11 @@ dead letter reads the same whichever subject it came on.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -28,7 +33,7 @@ from bus import (
     routed,
     subject,
 )
-from coordinator.cli._status_cmds import _coordinator_status, _status
+from coordinator.cli._status_cmds import _status
 from schemas import (
     DEAD_LETTER_DETAIL_MAX,
     DEAD_LETTER_QUOTE_MAX,
@@ -76,21 +81,15 @@ _STATUS = CoordinatorStatus(coordinator="c1", uptime_s=3.5, commits=2, domains=(
         b'{"coordinator": "", "uptime_s": 3, "commits": 2}',
     ],
 )
-def test_an_answer_that_is_not_a_status_is_ignored_with_a_note(
-    answer: bytes, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert _coordinator_status(answer) is None
-    err = capsys.readouterr().err
-    assert f"ignoring an answer on {STATUS_SUBJECT} that is not a coordinator's status" in err, err
+def test_an_answer_that_is_not_a_status_is_refused(answer: bytes) -> None:
     with pytest.raises((DecodeError, EnvelopeInvalid)):
         CoordinatorStatus.decode(answer)
 
 
-def test_a_status_reads_back_and_fields_it_does_not_know_are_ignored(capsys: pytest.CaptureFixture[str]) -> None:
-    assert _coordinator_status(_STATUS.encode()) == _STATUS
+def test_a_status_reads_back_and_fields_it_does_not_know_are_ignored() -> None:
+    assert CoordinatorStatus.decode(_STATUS.encode()) == _STATUS
     newer = {**json.loads(_STATUS.encode()), "shards": 4}  # a newer coordinator's answer
-    assert _coordinator_status(json.dumps(newer).encode()) == _STATUS
-    assert capsys.readouterr().err == ""
+    assert CoordinatorStatus.decode(json.dumps(newer).encode()) == _STATUS
 
 
 async def test_status_lists_the_coordinators_and_skips_an_impostor(
@@ -106,15 +105,59 @@ async def test_status_lists_the_coordinators_and_skips_an_impostor(
     try:
         sub = await other.subscribe(STATUS_SUBJECT, cb=impostor)
         await other.flush()
+        assert not await _status(nats_url, None, True), "an impostor alone is no coordinator"
+        alone, err = capsys.readouterr()
         async with running_coordinator(nats_url, coordinator_id="c-listed"):
             assert await _status(nats_url, None, True)
         await sub.unsubscribe()
     finally:
         await other.close()
-    out, err = capsys.readouterr()
-    assert [c["coordinator"] for c in json.loads(out)["coordinators"]] == ["c-listed"]
     assert 'not a coordinator\'s status: b\'{"coordinator": "impostor"' in err, err
     assert "uptime_s" in err, "the note says what was wrong"
+    assert all(c["state"] != "serving" for c in json.loads(alone)["coordinators"])
+    out, _ = capsys.readouterr()
+    serving = [c["coordinator"] for c in json.loads(out)["coordinators"] if c["state"] == "serving"]
+    assert serving == ["c-listed"]
+
+
+async def test_status_tells_a_frozen_coordinator_from_a_stopped_one(nats_url: str, tmp_path: Path) -> None:
+    """SIGSTOP a coordinator process: `status` shows it not answering, with how long
+    since its last heartbeat; SIGCONT, and it serves again; stopped, it says so."""
+    env = {**os.environ, "CTXBUS_STATE_DIR": str(tmp_path), "COLUMNS": "200"}
+    cmd = [sys.executable, "-m", "coordinator.cli", "coordinator", "--nats", nats_url, "--id", "c-frozen"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+
+    def state() -> dict[str, object]:
+        done = subprocess.run(
+            [sys.executable, "-m", "coordinator.cli", "status", "--json", "--nats", nats_url],
+            capture_output=True, text=True, env=env, timeout=60,
+        )  # fmt: skip
+        return next(c for c in json.loads(done.stdout)["coordinators"] if c["coordinator"] == "c-frozen")
+
+    try:
+        assert proc.stdout is not None
+        proc.stdout.readline()  # serving
+        assert state()["state"] == "serving"
+        proc.send_signal(signal.SIGSTOP)
+        frozen = state()
+        assert frozen["state"] == "not answering", frozen
+        assert isinstance(frozen["last_heartbeat_s"], float)
+        proc.send_signal(signal.SIGCONT)
+        assert state()["state"] == "serving"
+        readable = subprocess.run(
+            [sys.executable, "-m", "coordinator.cli", "status", "--nats", nats_url],
+            capture_output=True, text=True, env=env, timeout=60,
+        )  # fmt: skip
+        assert "coordinator c-frozen serving" in readable.stdout and "last error: none" in readable.stdout
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        assert state()["state"] == "stopped"
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        proc.kill()
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 # -- dead letters ----------------------------------------------------------------------
