@@ -24,7 +24,7 @@ from agents.runtime import Agent, AgentConfig
 from agents.swarm._constraints import missing_from_brief, missing_from_pinned
 from agents.swarm._model import ScriptedModel
 from agents.swarm._scenario import CONSTRAINTS, agent_name, step, user_constraints
-from bus import BusConfig, Credentials, Leases, RepeatFilter, close_quietly, connect, run_async
+from bus import BusConfig, Credentials, Leases, RepeatFilter, close_quietly, configure_from_env, connect, run_async
 from schemas import (
     AgentResult,
     Channel2Cycle,
@@ -58,6 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for handler in logging.getLogger().handlers:
         handler.addFilter(RepeatFilter())  # an outage's retries: one line, then a count
+    configure_from_env("ctxbus-agent")  # traces over OTLP, where OTEL_EXPORTER_OTLP_ENDPOINT asks for them
     return run_async(_run, args)
 
 

@@ -172,9 +172,10 @@ def _root(
         os.environ["CTXBUS_CREDENTIALS"] = credentials  # read where a command connects, and by its children
     handler = _StderrNow()
     handler.setFormatter(_WithExtras("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    from bus import RepeatFilter  # every command that logs talks to NATS: bus is loaded anyway
+    from bus import RepeatFilter, configure_from_env  # every command that logs talks to NATS: bus is loaded anyway
 
     handler.addFilter(RepeatFilter())  # an outage's retries: one line, then a count
+    configure_from_env("ctxbus")  # traces over OTLP, where OTEL_EXPORTER_OTLP_ENDPOINT asks for them
     logging.basicConfig(level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)], handlers=[handler])
 
 
