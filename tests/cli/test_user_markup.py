@@ -72,8 +72,9 @@ async def test_brief_text_log_rejections_and_status_print_brackets_as_written(na
             status = await anyio.to_thread.run_sync(lambda: run("status"))
             assert status.returncode == 0 and "Traceback" not in status.stderr, status.stderr
             [line] = [line for line in status.stdout.splitlines() if "coord [/] one" in line]
-            assert line.startswith("coordinator coord [/] one up ")
-            assert line.endswith(f"last error: {domain}: boom [/] at [bold]x")
+            assert line.startswith("coordinator coord [/] one serving: up ")
+            [error] = [line for line in status.stdout.splitlines() if "last error" in line]
+            assert error.endswith(f"s ago): {domain}: boom [/] at [bold]x"), error
             tg.cancel_scope.cancel()
     finally:
         await client.close()
