@@ -72,6 +72,8 @@ class LogState(BaseModel):
     """As an agent joining now reads it: the latest snapshot, then the log after it."""
     replay_hash: str
     """Replayed from the log's first entry."""
+    snapshot_revision: int = 0
+    """Revision of the snapshot a joiner starts from (0: none written yet)."""
 
 
 class UnreportedAgent(BaseModel):
@@ -106,6 +108,8 @@ class SwarmReport(BaseModel):
     replay_hash: str
     """The brief's hash replayed from the log's first entry: equal to `log_hash` when the
     snapshots are what the log gives."""
+    snapshot_revision: int
+    """Revision of the snapshot the joiner started from (0: none was written)."""
     errors_logged: list[str]
     """ERROR lines logged during the run (the runner's process, the coordinator's when it
     runs there, and every agent's log): must be none."""
@@ -195,6 +199,7 @@ class SwarmReport(BaseModel):
             log_revision=revision,
             log_hash=log_hash,
             replay_hash=log_state.replay_hash,
+            snapshot_revision=log_state.snapshot_revision,
             errors_logged=list(errors_logged),
             victim=config.victim,
             agents=agents,

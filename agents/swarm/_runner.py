@@ -139,6 +139,7 @@ class SwarmRunner:
         client = await connect(self._bus_config(RUNNER_CREDENTIALS, name="swarm-runner"))
         try:
             log = BriefLog(client)
+            snapshot = await log.load_snapshot(self.config.domain)  # the one `load` starts from: no commit comes now
             joined = await log.load(self.config.domain)
             replayed = await log.catch_up(BriefState(TaskBrief(domain=self.config.domain), 0), until=joined.seq)
         finally:
@@ -149,7 +150,10 @@ class SwarmRunner:
             if status.state == "finished" and process is not None and process.stdin is not None:
                 await process.stdin.send(request)
         return LogState(
-            revision=joined.brief.revision, hash=brief_hash(joined.brief), replay_hash=brief_hash(replayed.brief)
+            revision=joined.brief.revision,
+            hash=brief_hash(joined.brief),
+            replay_hash=brief_hash(replayed.brief),
+            snapshot_revision=snapshot.brief.revision,
         )
 
     def _bus_config(self, principal: str, *, name: str) -> BusConfig:

@@ -218,7 +218,7 @@ async def _demo(
     return reports[0] if reports else None
 
 
-_DEMO_SNAPSHOT_EVERY = 20
+_DEMO_SNAPSHOT_EVERY = 5
 """Commits between snapshots in the demo: often enough that its report checks the brief a
 joiner loads from a snapshot, not only a replay of the whole log."""
 
@@ -232,9 +232,13 @@ def _cache_failures(coordinator: Coordinator, domain: Domain, report: SwarmRepor
     """The brief the demo's coordinator holds must be the one the log gives."""
     committer = coordinator.committer(domain)
     cached = committer.brief if committer is not None else None
-    if cached is None or cached.revision != report.log_revision or brief_hash(cached) == report.log_hash:
-        return []
-    return [f"the coordinator's cached brief has hash {brief_hash(cached)[:12]}, the log {report.log_hash[:12]}"]
+    if cached is None:
+        return ["the coordinator holds no brief of the domain, so its cache could not be checked against the log"]
+    if cached.revision != report.log_revision:
+        return [f"the coordinator's cached brief is at rev {cached.revision}, the log at rev {report.log_revision}"]
+    if brief_hash(cached) != report.log_hash:
+        return [f"the coordinator's cached brief has hash {brief_hash(cached)[:12]}, the log {report.log_hash[:12]}"]
+    return []
 
 
 async def _swarm(config: SwarmConfig, quiet: bool) -> SwarmReport:
@@ -377,7 +381,8 @@ def _print_report(report: SwarmReport) -> None:
     elif len(hashes) == 1 and report.log_hash in hashes:
         same = f"the same on {scope}"
         if report.replay_hash == report.log_hash:
-            same += ", a joiner from the snapshot and a replay of the log"
+            joiner = f"the snapshot at rev {report.snapshot_revision}" if report.snapshot_revision else "no snapshot"
+            same += f", a joiner from {joiner} and a replay of the log"
     else:
         same = "NOT the same everywhere"
     console.print(f"brief: rev {report.log_revision}, hash {report.log_hash[:12]}, {same}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 
@@ -12,6 +13,7 @@ from nats.aio.msg import Msg
 from nats.js import api
 
 from bus import (
+    AppendExpired,
     BusConfig,
     BusUnavailable,
     CasConflict,
@@ -104,6 +106,30 @@ async def test_an_append_gives_up_at_its_deadline_even_inside_an_attempt(nats_cl
     finally:
         await silent.unsubscribe()
     assert silent.delivered >= 1
+
+
+async def test_an_append_past_its_not_after_is_never_sent(txlog: TxLog) -> None:
+    subject = _subject()
+    with pytest.raises(AppendExpired):
+        await txlog.append(subject, b"late", uuid.uuid4().hex, not_after=time.time() - 0.01)
+    assert [e async for e in txlog.read(subject)] == []
+    assert await txlog.append(subject, b"in time", uuid.uuid4().hex, not_after=time.time() + 60) >= 1
+
+
+async def test_an_attempt_unanswered_until_past_not_after_is_not_retried(nats_client: Client) -> None:
+    """The first attempt is sent in time but never acknowledged (a silent subscriber, no
+    stream): once `not_after` has passed, no further attempt goes out, whatever time the
+    append's own deadline leaves."""
+    subject = f"nowhere.{uuid.uuid4().hex[:12]}"
+    silent = await nats_client.subscribe(subject)
+    txlog = TxLog(nats_client, TxLogConfig(stream="NOWHERE", attempt_timeout=0.3, deadline=30))
+    try:
+        with anyio.fail_after(10), pytest.raises(AppendExpired):
+            await txlog.append(subject, b"late", uuid.uuid4().hex, not_after=time.time() + 0.1)
+        await nats_client.flush()
+    finally:
+        await silent.unsubscribe()
+    assert silent.delivered == 1
 
 
 async def test_cas_writers_never_both_commit_on_one_base(txlog: TxLog) -> None:

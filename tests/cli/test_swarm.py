@@ -55,6 +55,7 @@ def test_demo_report_holds_every_invariant(tmp_path: Path) -> None:
     # One brief: every agent holds the log's revision and hash, which a joiner from the
     # snapshot and a replay of the whole log get too; nothing logged an error.
     assert {a["hash"] for a in agents.values()} == {report["log_hash"]} == {report["replay_hash"]}
+    assert report["snapshot_revision"] > 0, "the joiner started from a snapshot, not from an empty brief"
     assert {a["revision"] for a in agents.values()} == {report["log_revision"]}
     assert report["errors_logged"] == []
 
