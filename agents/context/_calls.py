@@ -143,13 +143,14 @@ def _one(item: object, index: int) -> ToolCall:
     if isinstance(function, Mapping):  # OpenAI's shape
         if fields.pop("type", "function") != "function":
             raise InvalidMessage(f"tool_calls[{index}] is not a function call: {item!r:.80}")
-        fields = {**fields, **function}
+        # What a provider adds beside the call (a streaming `index`, say) is not the call.
+        fields = {"id": fields.get("id"), "name": function.get("name"), "arguments": function.get("arguments")}
     elif function is not None:
         raise InvalidMessage(f"tool_calls[{index}].function must be a mapping, got {function!r:.60}")
     if "input" in fields:  # Anthropic's tool_use block
         if fields.pop("type", "tool_use") != "tool_use" or "arguments" in fields:
             raise InvalidMessage(f"tool_calls[{index}] mixes shapes: {item!r:.80}")
-        fields["arguments"] = fields.pop("input")
+        fields = {"id": fields.get("id"), "name": fields.get("name"), "arguments": fields["input"]}
     arguments = fields.get("arguments")
     if arguments is not None and not isinstance(arguments, str):
         try:

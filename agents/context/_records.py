@@ -171,7 +171,7 @@ class ReadOnly:
     def _refuse(self, *args: object, **kwargs: object) -> None:
         raise TypeError("composed messages are shared and read-only; copy one with dict(message) to change it")
 
-    __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = _refuse
+    __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = __ior__ = _refuse
 
 
 class ChatMessage(ReadOnly, dict[str, str]):  # type: ignore[misc]

@@ -189,7 +189,10 @@ def test_rendered_messages_are_shared_and_read_only(make_ctx: MakeContext) -> No
         turn["content"] = "changed"
     with pytest.raises(TypeError, match="read-only"):
         turn["tool_calls"][0]["function"]["name"] = "changed"
+    with pytest.raises(TypeError, match="read-only"):
+        turn |= {"content": "changed"}
     assert ctx.compose().to_openai()[2] is turn, "the next compose shares it"
+    assert turn["content"] != "changed"
 
 
 try:  # the HTTP client the SDKs are built on: httpx2 in their newer releases

@@ -64,6 +64,32 @@ def test_a_turn_records_each_of_its_calls_in_any_shape_a_host_has(make_ctx: Make
     assert [b["tool_use_id"] for b in results] == ["call_1", "call_2", "toolu_3"], "one turn holds all three"
 
 
+def test_calls_as_the_providers_sdks_dump_them_are_taken_with_what_they_add_beside_the_call(
+    make_ctx: MakeContext,
+) -> None:
+    """`call.model_dump()` of the openai and anthropic SDKs' own types, as the README
+    records a model's reply, with the keys some servers add (a streaming `index`, a
+    `caller`): the call is what is kept."""
+    from anthropic.types import ToolUseBlock
+    from openai.types.chat import ChatCompletionMessageToolCall
+
+    openai_call = ChatCompletionMessageToolCall.model_validate(
+        {"id": "call_9", "type": "function", "index": 0, "function": {"name": "bash", "arguments": '{"cmd":"ls"}'}}
+    )
+    anthropic_call = ToolUseBlock.model_validate(
+        {"type": "tool_use", "id": "toolu_9", "name": "grep", "input": {"q": "x"}, "caller": {"type": "direct"}}
+    )
+    dumped = [openai_call.model_dump(), anthropic_call.model_dump()]
+    assert "index" in dumped[0], "the SDK keeps what the server sent"
+    ctx = make_ctx()
+    ctx.add("user", "Go.")
+    tag = ctx.add("assistant", "", tool_calls=dumped)
+    assert [(c.id, c.name, c.arguments) for c in ctx.message(tag).tool_calls] == [
+        ("call_9", "bash", '{"cmd":"ls"}'),
+        ("toolu_9", "grep", '{"q": "x"}'),
+    ]
+
+
 def test_the_calls_count_in_the_budget(make_ctx: MakeContext, tokenizer: Tokenizer) -> None:
     ctx = make_ctx()
     arguments = json.dumps({"path": "notes.md", "text": "word " * 300})

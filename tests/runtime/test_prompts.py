@@ -119,6 +119,20 @@ async def test_after_ctx_reduce_the_next_results_carry_no_reminder_until_the_rul
     dropped = [m for m in openai if m["role"] == "tool" and m["content"] in {f"[dropped §{t}§]" for t in plan.queued}]
     assert len(dropped) == len([t for t in plan.queued if agent.context.message(t).kind == "tool_result"])
 
+    # Once U has regrown past the floor the grace allows, a reminder speaks again, and
+    # reaches the model inside its tool message.
+    for _ in range(30):
+        agent.compose()
+        _, again = await _grep(agent, i)
+        i += 1
+        if again.text != _output(i - 1):
+            break
+    else:
+        pytest.fail("no reminder came back after the grace, however much the tail regrew")
+    rose = list(Band).index(again.measure.band) > list(Band).index(outcome.measure.band)
+    assert again.measure.u - grace.baseline_u >= 4_000 or rose, again.measure
+    assert _tool_message(agent.compose().to_openai(), f"g{i - 1}").endswith(again.text.removeprefix(_output(i - 1)))
+
 
 @pytest.mark.parametrize("budget", [16_000, WINDOW])
 def test_bands_on_a_small_window_reach_gentle_and_beyond_on_a_tool_heavy_session(
