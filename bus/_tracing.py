@@ -22,11 +22,11 @@ import logging
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Final
+from typing import TYPE_CHECKING, Final, Literal
 
-from opentelemetry import trace
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
-from opentelemetry.util.types import AttributeValue
+if TYPE_CHECKING:  # OpenTelemetry is imported by the first span: a command that opens none starts faster
+    from opentelemetry.trace import Span
+    from opentelemetry.util.types import AttributeValue
 
 __all__ = ["GEN_AI", "TRACER_NAME", "configure_from_env", "span"]
 
@@ -53,13 +53,22 @@ class GEN_AI:  # noqa: N801 - a namespace of attribute names, as the conventions
 
 @contextmanager
 def span(
-    name: str, attributes: Mapping[str, AttributeValue | None] | None = None, *, kind: SpanKind = SpanKind.INTERNAL
+    name: str,
+    attributes: Mapping[str, AttributeValue | None] | None = None,
+    *,
+    kind: Literal["internal", "client", "server", "producer", "consumer"] = "internal",
 ) -> Iterator[Span]:
-    """A span around the block, current while it runs; None-valued attributes are left
-    out. An exception leaving the block is recorded and marks the span as an error."""
+    """A span of `kind` (OpenTelemetry's `SpanKind`, by name) around the block, current
+    while it runs; None-valued attributes are left out. An exception leaving the block is recorded and
+    marks the span as an error."""
+    from opentelemetry import trace
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+
     tracer = trace.get_tracer(TRACER_NAME)
     given = {key: value for key, value in (attributes or {}).items() if value is not None}
-    with tracer.start_as_current_span(name, kind=kind, attributes=given, record_exception=False) as current:
+    with tracer.start_as_current_span(
+        name, kind=SpanKind[kind.upper()], attributes=given, record_exception=False
+    ) as current:
         try:
             yield current
         except BaseException as exc:
@@ -81,6 +90,8 @@ def configure_from_env(service_name: str) -> bool:
     """
     if not any(os.environ.get(name) for name in _ENDPOINT_VARS):
         return False
+    from opentelemetry import trace
+
     if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
         return False  # the application set its own
     try:

@@ -17,7 +17,6 @@ import logging
 import time
 from typing import Final
 
-from opentelemetry.trace import SpanKind
 from pydantic import ValidationError
 
 from bus import GEN_AI, BusUnavailable, NatsClient, Retry, Unsigned, Verb, Verifier, request, routed, span, subject
@@ -109,7 +108,7 @@ class Proposer:
         except ValidationError as exc:
             raise UsageError(f"cannot propose {_shown_op(op)}: {describe_validation_error(exc)}") from exc
         attributes = {GEN_AI.AGENT_ID: self.agent_id, "ctxbus.domain": str(self.domain), "ctxbus.op": op.op}
-        with span("ctxbus.propose", attributes, kind=SpanKind.CLIENT) as current:
+        with span("ctxbus.propose", attributes, kind="client") as current:
             reply = await self._send(proposal, attempt_timeout, deadline)
             current.set_attribute("ctxbus.outcome", _outcome(reply))
             if isinstance(reply, Committed):
