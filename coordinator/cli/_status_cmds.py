@@ -86,7 +86,11 @@ async def _status(urls: str, domain: Domain | None, as_json: bool) -> bool:
         )  # fmt: skip
     else:
         if not any(c.state is ServingState.SERVING for c in coordinators):
-            console.print("[yellow]no coordinator is serving[/]: start one with `ctxbus up` or `ctxbus coordinator`")
+            silent = sum(c.state is ServingState.NOT_ANSWERING for c in coordinators)
+            hint = "start one with `ctxbus up` or `ctxbus coordinator`"
+            if silent:
+                hint = f"{silent} not answering (below): wake or restart it, or {hint}"
+            console.print(f"[yellow]no coordinator is serving[/]: {hint}")
         for coord in coordinators:
             console.print(_coordinator_lines(coord, now))
         if domain is not None:

@@ -33,6 +33,7 @@ from bus import (
     routed,
     subject,
 )
+from bus.testing import ServerFactory
 from coordinator.cli._status_cmds import _status
 from schemas import (
     DEAD_LETTER_DETAIL_MAX,
@@ -120,9 +121,12 @@ async def test_status_lists_the_coordinators_and_skips_an_impostor(
     assert serving == ["c-listed"]
 
 
-async def test_status_tells_a_frozen_coordinator_from_a_stopped_one(nats_url: str, tmp_path: Path) -> None:
+async def test_status_tells_a_frozen_coordinator_from_a_stopped_one(
+    nats_server_factory: ServerFactory, tmp_path: Path
+) -> None:
     """SIGSTOP a coordinator process: `status` shows it not answering, with how long
     since its last heartbeat; SIGCONT, and it serves again; stopped, it says so."""
+    nats_url = nats_server_factory().url  # its own: no other coordinator may serve there
     env = {**os.environ, "CTXBUS_STATE_DIR": str(tmp_path), "COLUMNS": "200"}
     cmd = [sys.executable, "-m", "coordinator.cli", "coordinator", "--nats", nats_url, "--id", "c-frozen"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
@@ -142,6 +146,13 @@ async def test_status_tells_a_frozen_coordinator_from_a_stopped_one(nats_url: st
         frozen = state()
         assert frozen["state"] == "not answering", frozen
         assert isinstance(frozen["last_heartbeat_s"], float)
+        told = subprocess.run(
+            [sys.executable, "-m", "coordinator.cli", "status", "--nats", nats_url],
+            capture_output=True, text=True, env=env, timeout=60,
+        )  # fmt: skip
+        assert told.returncode == 1, told.stderr
+        assert "coordinator c-frozen not answering (last heartbeat" in told.stdout, told.stdout
+        assert "not answering (below): wake or restart it" in told.stdout, told.stdout
         proc.send_signal(signal.SIGCONT)
         assert state()["state"] == "serving"
         readable = subprocess.run(
