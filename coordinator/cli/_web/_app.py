@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 STATIC: Final = Path(__file__).with_name("static")
 THRESHOLDS: Final = {"gentle": 0.20, "firm": 0.40, "urgent": 0.60, "channel2": 0.75}
 """Shares U/T where each band starts (docs/ARCHITECTURE.md, section 4), drawn on the chart."""
+READ_LIMIT: Final = 10.0
+"""Seconds a request may spend reading a log before it is answered 503."""
 KEEPALIVE: Final = 15.0
 """Seconds between comments on a quiet event stream, so proxies keep it open."""
 
@@ -108,10 +110,13 @@ def create_app(watcher: Watcher, history: BriefHistory) -> Starlette:
         return domain
 
     async def _read_brief(domain: Domain) -> Any:
+        if not watcher.client.is_connected:  # a read now would only wait for its timeout
+            raise _problem(503, "disconnected from NATS, reconnecting: the log cannot be read now")
         try:
-            return await history.current(domain)
-        except BusError as exc:
-            raise _problem(503, f"cannot read the log of {domain}: {exc}") from None
+            with anyio.fail_after(READ_LIMIT):
+                return await history.current(domain)
+        except (BusError, TimeoutError) as exc:
+            raise _problem(503, f"cannot read the log of {domain}: {exc or 'no answer'}") from None
 
     async def agent(request: Request) -> Response:
         domain = await known_domain(request)
@@ -161,8 +166,9 @@ def create_app(watcher: Watcher, history: BriefHistory) -> Starlette:
         if query:
             rows = [r for r in rows if query in json.dumps(r).lower()]
         try:
-            snapshot = await history.snapshot(domain)
-        except BusError:
+            with anyio.fail_after(READ_LIMIT):
+                snapshot = await history.snapshot(domain)
+        except (BusError, TimeoutError):
             snapshot = None
         return JSONResponse(
             {
@@ -188,10 +194,11 @@ def create_app(watcher: Watcher, history: BriefHistory) -> Starlette:
         if revision > state.brief.revision:
             raise _problem(404, f"revision {revision} is not committed: {domain} is at {state.brief.revision}")
         try:
-            at = await history.at_revision(domain, revision)
+            with anyio.fail_after(READ_LIMIT):
+                at = await history.at_revision(domain, revision)
         except RevisionUnknown as exc:
             raise _problem(404, str(exc)) from None
-        except BusError as exc:
+        except (BusError, TimeoutError) as exc:
             raise _problem(503, f"cannot read the log of {domain}: {exc}") from None
         return JSONResponse({"domain": str(domain), "brief": brief_json(at)})
 

@@ -93,13 +93,15 @@ function chart(id, key, opts, data) {
   }
 }
 
-function markerPlugin(events) {
+// Channel 1/2 events of the agent shown, read at each draw (the chart outlives one fetch).
+let channelEvents = [];
+function markerPlugin() {
   return {
     hooks: {
       draw: (u) => {
         const ctx = u.ctx;
         ctx.save();
-        for (const e of events) {
+        for (const e of channelEvents) {
           const x = u.valToPos(e.at, "x", true);
           if (x < u.bbox.left || x > u.bbox.left + u.bbox.width) continue;
           ctx.strokeStyle = e.channel === 2 ? "#a21caf" : "#ca8a04";
@@ -128,8 +130,10 @@ async function showAgent() {
   const t = a.thresholds;
   const share = a.samples.map((s) => (s.T ? s.U / s.T : 0));
   const flat = (v) => xs.map(() => v);
+  channelEvents = a.events;
+  $("chart-ut").dataset.events = String(a.events.length);
   chart("chart-ut", `ut-${a.agent}`, {
-    plugins: [markerPlugin(a.events)],
+    plugins: [markerPlugin()],
     scales: { x: { time: true }, share: { range: [0, 1] } },
     axes: [{}, { label: "tokens", size: 60 }, { scale: "share", side: 1, label: "U/T", grid: { show: false } }],
     series: [{}, { label: "T", stroke: "#2563eb" }, { label: "U", stroke: "#dc2626" },
