@@ -4,6 +4,12 @@ and a real agent; bad parameters get a clear JSON error and the server keeps ser
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Callable
@@ -17,10 +23,23 @@ from typer.testing import CliRunner
 
 from agents.context import ContextConfig
 from agents.runtime import Agent, AgentConfig, inspect_store
-from bus import BusConfig, Verb, close_quietly, connect, publish, subject
+from bus import (
+    PRESENCE_BUCKET,
+    Bucket,
+    BucketConfig,
+    BusConfig,
+    EmbeddedServer,
+    Verb,
+    close_quietly,
+    connect,
+    kv_key,
+    publish,
+    subject,
+)
 from coordinator.cli import app
 from coordinator.cli._web import serving_web
-from schemas import AddDecision, Committed, Domain, Reject, Rejection, SetGoal
+from coordinator.testing import CoordinatorFactory
+from schemas import AddDecision, Committed, Domain, Presence, Reject, Rejection, SetGoal
 from tests._support import fresh_domain, serving_coordinator
 
 Json = dict[str, Any]
@@ -234,3 +253,57 @@ def test_a_host_other_than_loopback_needs_credentials(host: str) -> None:
     shown = CliRunner().invoke(app, ["web", "--host", host], env={"CTXBUS_CREDENTIALS": ""})
     assert shown.exit_code == 2
     assert "not a loopback address" in shown.output
+
+
+async def test_a_frozen_coordinator_and_a_stale_agent_are_marked(
+    nats_server: EmbeddedServer, nats_url: str, tmp_path: Path, ctxbus_coordinator_factory: CoordinatorFactory
+) -> None:
+    domain = fresh_domain()
+    name = f"web-frozen-{domain.task}"
+    coordinator = ctxbus_coordinator_factory(nats_server, coordinator_id=name)
+    client = await connect(BusConfig(servers=[nats_url]))
+    try:
+        # What an agent frozen a minute ago leaves behind: its last heartbeat, kept a while.
+        beat = Presence(agent="frozen", band="firm", unused_tokens=5, tail_tokens=10, at=time.time() - 60)
+        await Bucket(client, BucketConfig(name=PRESENCE_BUCKET)).put(kv_key(domain, "frozen"), beat.encode(), ttl=600)
+        async with web(nats_url, tmp_path) as base:
+
+            async def state_of_coordinator() -> str | None:
+                _, swarm = await get(base + "/api/swarm")
+                return next((c["state"] for c in swarm["coordinators"] if c["coordinator"] == name), None)
+
+            await until(lambda: _equal(state_of_coordinator(), "serving"), "the coordinator serving")
+            _, swarm = await get(base + "/api/swarm")
+            (row,) = next(d for d in swarm["domains"] if d["domain"] == str(domain))["agents"]
+            assert row["stale"] and row["age_s"] >= 60 and row["band"] == "firm"
+            assert coordinator.pid is not None
+            os.kill(coordinator.pid, signal.SIGSTOP)
+            try:
+                await until(lambda: _equal(state_of_coordinator(), "not answering"), "the coordinator not answering")
+                _, health = await get(base + "/api/health")
+                (frozen,) = [c for c in health["coordinators"] if c["coordinator"] == name]
+                assert frozen["state"] == "not answering" and frozen["last_heartbeat_s"] is not None
+            finally:
+                os.kill(coordinator.pid, signal.SIGCONT)
+            coordinator.stop()
+            await until(lambda: _equal(state_of_coordinator(), "stopped"), "the coordinator stopped")
+    finally:
+        await close_quietly(client)
+
+
+async def _equal(value: Any, expected: Any) -> bool:
+    return bool(await value == expected)
+
+
+def test_a_port_in_use_is_a_clear_error(nats_url: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        shown = subprocess.run(
+            [sys.executable, "-m", "coordinator.cli", "web", "--nats", nats_url, "--port", str(port)],
+            capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"},
+        )  # fmt: skip
+    assert shown.returncode == 2, shown.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in shown.stderr
+    assert "Traceback" not in shown.stderr
