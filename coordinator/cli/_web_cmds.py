@@ -88,8 +88,7 @@ def web(
 
 
 async def _web(urls: str, domain: Domain | None, host: str, port: int, dirs: list[Path], interval: float) -> None:
-    from agents.runtime import inspect_store
-    from coordinator.cli._web import serving_web
+    from coordinator.cli._web import read_store, serving_web
 
     bus = bus_config(urls, name="ctxbus-web")
     client = await connect(bus)
@@ -97,7 +96,7 @@ async def _web(urls: str, domain: Domain | None, host: str, port: int, dirs: lis
         tenant = bus.credentials.tenant if bus.credentials is not None else None
         try:
             context = serving_web(
-                client, inspect=inspect_store, host=host, port=port, store_dirs=dirs, tenant=tenant, only=domain,
+                client, inspect=read_store, host=host, port=port, store_dirs=dirs, tenant=tenant, only=domain,
                 verifier=verifier_of(bus), interval=interval,
             )  # fmt: skip
             async with context as url:

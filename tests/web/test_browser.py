@@ -141,6 +141,11 @@ def test_the_page_follows_a_swarm_demo(browser: WebDriver, shots: Path, tmp_path
         _wait("more points on the U/T chart as the run goes", lambda: points() > first)
         _wait("the layers of the agent's store", lambda: browser.find_elements(By.CSS_SELECTOR, ".layer"))
         _wait("a tail that grew", lambda: int(points()) >= 4)
+        # Reminders come as the tail grows: Channel 1 (and 2) events, read from the store.
+        _wait(
+            "a Channel event marked on the U/T chart",
+            lambda: int(browser.find_element(By.ID, "chart-ut").get_attribute("data-events") or 0) >= 1,
+        )
         browser.save_screenshot(str(shots / "web-agent.png"))
 
         # Brief: the rejection with its reason; a click on a revision shows the brief then.

@@ -6,6 +6,7 @@ Part of the CLI (the composition root): it reads agents' stores with the agent s
 
 from coordinator.cli._web._app import THRESHOLDS, create_app, is_loopback, serving_web
 from coordinator.cli._web._brief import BriefHistory, RevisionUnknown
+from coordinator.cli._web._store import StoreView, read_store
 from coordinator.cli._web._watch import BANDS, Watcher
 
 __all__ = [
@@ -13,8 +14,10 @@ __all__ = [
     "THRESHOLDS",
     "BriefHistory",
     "RevisionUnknown",
+    "StoreView",
     "Watcher",
     "create_app",
     "is_loopback",
+    "read_store",
     "serving_web",
 ]

@@ -26,6 +26,7 @@ from starlette.staticfiles import StaticFiles
 from bus import BriefLog, BusError, NatsClient, Verifier
 from coordinator import CoordinatorView
 from coordinator.cli._web._brief import BriefHistory, RevisionUnknown, brief_json
+from coordinator.cli._web._store import REMINDER_MARK
 from coordinator.cli._web._watch import BANDS, AgentTrack, Inspect, Watcher
 from schemas import Domain, InvalidDomain
 
@@ -133,7 +134,7 @@ def create_app(watcher: Watcher, history: BriefHistory) -> Starlette:
                 "thresholds": THRESHOLDS,
                 "bands": list(BANDS),
                 "samples": [s.as_json() for s in track.samples],
-                "events": list(track.events),
+                "events": Watcher.events_of(track),
                 "store": None if track.store is None else str(track.store),
                 "store_note": track.store_note,
                 "layers": None
@@ -149,7 +150,7 @@ def create_app(watcher: Watcher, history: BriefHistory) -> Starlette:
                                 "kind": i.kind,
                                 "tokens": i.tokens,
                                 "text": i.text,
-                                "reminder": "<system-reminder>" in i.text,
+                                "reminder": REMINDER_MARK in i.text,
                             }
                             for i in v.items
                         ],

@@ -33,6 +33,7 @@ from bus import (
     gather,
 )
 from coordinator import CoordinatorView, survey
+from coordinator.cli._web._store import StoreView
 from schemas import DeadLetter, DeadLetterEnvelope, Domain, InvalidDomain, Presence, WireError
 
 __all__ = ["BANDS", "AgentTrack", "Sample", "Watcher"]
@@ -80,7 +81,11 @@ class AgentTrack:
     presence: Presence
     samples: deque[Sample] = field(default_factory=lambda: deque(maxlen=SAMPLES_KEPT))
     events: deque[dict[str, object]] = field(default_factory=lambda: deque(maxlen=EVENTS_KEPT))
-    """Channel 1 and 2 events, as the heartbeats show them (a band that rose; Channel 2 reached)."""
+    """Channel 1 and 2 events, as the heartbeats show them (a band that rose; Channel 2
+    reached), for an agent whose store is not readable here."""
+    store_events: dict[tuple[object, object], dict[str, object]] = field(default_factory=dict)
+    """Channel 1 and 2 events read from the store, by channel and tag: kept once seen
+    (a reminder goes when `ctx_reduce` drops its tool result)."""
     store: Path | None = None
     layers: tuple[LayerView, ...] | None = None
     """What the model sees now, from the store, as `ctxbus inspect` shows it."""
@@ -89,7 +94,7 @@ class AgentTrack:
     inspected_at: float = 0.0
 
 
-Inspect = Callable[[Path, Domain], tuple[LayerView, ...]]
+Inspect = Callable[[Path, Domain], StoreView]
 
 
 class Watcher:
@@ -209,10 +214,11 @@ class Watcher:
             return  # nothing new since the last poll
         track.presence = presence
         now = time.time()
+        layers = None  # per layer only for a sample whose store was read with it
         if now - track.inspected_at >= INSPECT_EVERY:
             track.inspected_at = now
-            await self._read_store(track)
-        layers = {v.name: v.tokens for v in track.layers} if track.layers is not None else None
+            if await self._read_store(track) and track.layers is not None:
+                layers = {v.name: v.tokens for v in track.layers}
         previous = track.samples[-1].band if track.samples else None
         track.samples.append(
             Sample(
@@ -227,6 +233,14 @@ class Watcher:
             text = "Channel 2 reached" if channel == 2 else f"band rose to {presence.band}: a Channel 1 reminder"
             track.events.append({"at": presence.at, "channel": channel, "text": text})
 
+    @staticmethod
+    def events_of(track: AgentTrack) -> list[dict[str, object]]:
+        """The agent's Channel 1 and 2 events: from its store where it is read, else as
+        its heartbeats show them."""
+        if track.store_events:
+            return sorted(track.store_events.values(), key=lambda e: float(str(e["at"])))
+        return list(track.events)
+
     def _store_of(self, domain: Domain, agent: str) -> Path | None:
         for root in self._store_dirs:
             for candidate in (root.joinpath(*domain.tokens, f"{agent}.db"), root / f"{agent}.db"):
@@ -234,16 +248,22 @@ class Watcher:
                     return candidate
         return None
 
-    async def _read_store(self, track: AgentTrack) -> None:
+    async def _read_store(self, track: AgentTrack) -> bool:
+        """Read the agent's store, if one is found; whether it was read."""
         track.store = self._store_of(track.domain, track.agent)
         if track.store is None:
             track.store_note = "no store found here: samples come from heartbeats only (start with --store-dir)"
-            return
+            return False
         try:
-            track.layers = await anyio.to_thread.run_sync(self._inspect, track.store, track.domain)
-            track.store_note = None
+            view = await anyio.to_thread.run_sync(self._inspect, track.store, track.domain)
         except Exception as exc:  # a store being written, of another version: say so, keep serving
             track.store_note = f"cannot read {track.store}: {exc}"
+            return False
+        track.layers = view.layers
+        track.store_note = None
+        for event in view.events:
+            track.store_events.setdefault((event["channel"], event["tag"]), event)
+        return True
 
     async def _read_metrics(self) -> None:
         answers = await gather(self.client, METRICS_SUBJECT, b"", wait=0.5)

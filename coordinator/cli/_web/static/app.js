@@ -141,6 +141,7 @@ async function showAgent() {
       ...Object.entries(t).map(([band, v]) => ({ label: `${band} ≥ ${v}`, scale: "share", stroke: band === "channel2" ? "#a21caf" : "#ca8a04", dash: [5, 5], width: 1, points: { show: false } }))],
   }, [xs, a.samples.map((s) => s.T), a.samples.map((s) => s.U), share, ...Object.values(t).map(flat)]);
 
+  // Per layer where the store was read with a heartbeat (every other one or so): the gaps are spanned.
   const withLayers = a.samples.some((s) => s.layers);
   if (withLayers) {
     // Stacked: each series is the sum of its layer and those below; the tallest is drawn first.
@@ -149,7 +150,7 @@ async function showAgent() {
     const order = names.map((_, i) => i).reverse();
     chart("chart-layers", `layers-${a.agent}-${names.join()}`, {
       scales: { x: { time: true } }, axes: [{}, { label: "tokens", size: 60 }],
-      series: [{}, ...order.map((i) => ({ label: names[i], stroke: COLORS[names[i]], fill: COLORS[names[i]] + "cc", points: { show: false } }))],
+      series: [{}, ...order.map((i) => ({ label: names[i], stroke: COLORS[names[i]], fill: COLORS[names[i]] + "cc", spanGaps: true }))],
     }, [xs, ...order.map((i) => cum[i])]);
   } else {
     chart("chart-layers", `prompt-${a.agent}`, {
