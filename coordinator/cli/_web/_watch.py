@@ -25,10 +25,12 @@ from bus import (
     GLOBAL_DLQ,
     METRICS_SUBJECT,
     PRESENCE_BUCKET,
+    SUBJECT_ROOT,
     Bucket,
     BucketConfig,
     BusError,
     NatsClient,
+    Verb,
     domain_of,
     gather,
 )
@@ -317,7 +319,8 @@ class Watcher:
         async def on_global_async(msg: Any) -> None:
             on_global(msg)
 
-        await self.client.subscribe("ctx.*.*.*.dlq", cb=on_domain_async)
+        # A tenant's operator may listen to its own tenant's dead letters only.
+        await self.client.subscribe(f"{SUBJECT_ROOT}.{self.tenant or '*'}.*.*.{Verb.DLQ}", cb=on_domain_async)
         await self.client.subscribe(GLOBAL_DLQ, cb=on_global_async)
 
     def _letter(self, domain: Domain | None, letter: DeadLetter) -> None:
