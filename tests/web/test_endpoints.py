@@ -12,7 +12,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -41,31 +41,7 @@ from coordinator.cli._web import read_store, serving_web
 from coordinator.testing import CoordinatorFactory
 from schemas import AddDecision, Committed, Domain, Presence, Reject, Rejection, SetGoal
 from tests._support import fresh_domain, serving_coordinator
-
-Json = dict[str, Any]
-
-
-def _get(url: str) -> tuple[int, Json]:
-    try:
-        with urllib.request.urlopen(url, timeout=30) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
-
-
-async def get(url: str) -> tuple[int, Json]:
-    return await anyio.to_thread.run_sync(_get, url)
-
-
-async def until(probe: Callable[[], Any], what: str, limit: float = 60.0) -> Any:
-    """Poll `probe` (async) until it returns something truthy; fail after `limit` seconds."""
-    with anyio.fail_after(limit):
-        while True:
-            found = await probe()
-            if found:
-                return found
-            await anyio.sleep(0.1)
-    raise AssertionError(what)  # pragma: no cover
+from tests.web._http import Json, get, until
 
 
 @asynccontextmanager

@@ -31,7 +31,7 @@ from bus import (
 from coordinator import Coordinator, CoordinatorConfig
 from coordinator.cli._web import read_store, serving_web
 from schemas import AddNote, Committed, Domain, Presence
-from tests.web.test_endpoints import get, until
+from tests.web._http import get, until
 
 ACME = Domain.parse("acme/s1/t1")
 BOLT = Domain.parse("bolt/s1/t1")
