@@ -53,6 +53,9 @@ COMMANDS: Final = {
     "top": Listed(
         "_status_cmds", "Watching", "A live table of a task's agents: band, U/T, prompt tokens, brief revision, lag."
     ),
+    "web": Listed(
+        "_web_cmds", "Watching", "Serve a live page of the swarm: agents, contexts, the brief's history, health."
+    ),
     "auth": Listed(
         "_auth_cmds", "Servers", "Tenants and roles: write the NATS config and each principal's credentials."
     ),
