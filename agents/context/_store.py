@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
-from collections.abc import Iterable, Mapping, Sequence
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,7 @@ from agents.context._calls import Call
 from agents.context._errors import DomainMismatch, StoreError
 from agents.context._records import ConstraintRecord, Entry, SummaryEntry
 
-__all__ = ["Store", "SCHEMA_VERSION"]
+__all__ = ["Store", "SCHEMA_VERSION", "check_store_file", "store_error"]
 
 SCHEMA_VERSION = "2"
 """2 added each message's tool calls and the note shown after it (a Channel 1 reminder).
@@ -63,6 +65,108 @@ _ENTRY_COLUMNS = (
 _INSERT_ENTRY = f"INSERT INTO messages(domain, {_ENTRY_COLUMNS}) VALUES (?{', ?' * (_ENTRY_COLUMNS.count(',') + 1)})"
 
 
+_SQLITE_HEADER = b"SQLite format 3\x00"
+"""The first 16 bytes of every SQLite database file."""
+_MEMORY = ":memory:"
+
+
+def check_store_file(path: str | Path) -> bool:
+    """Whether a store exists at `path`: False if nothing is there (a new store).
+
+    Only a missing path is a new store. A file of zero bytes (truncated, or never
+    written) or one that is not a SQLite database is refused: taking it for a new store
+    would start the agent empty without a word, and the first write would destroy what
+    is left of it.
+
+    :raises StoreError: naming the path and what to do, for an empty file, a file that
+        is not a SQLite database, or one that cannot be read at all.
+    """
+    try:
+        with open(path, "rb") as file:
+            head = file.read(len(_SQLITE_HEADER))
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise StoreError(f"cannot read context store {str(path)!r}: {exc}; check the path and its permissions") from exc
+    if not head:
+        raise StoreError(
+            f"context store {str(path)!r} is empty (0 bytes): whatever it held is gone. "
+            "Restore it from a backup, or remove it to start this agent afresh (only a missing file is a new store)"
+        )
+    if head != _SQLITE_HEADER:
+        raise StoreError(
+            f"context store {str(path)!r} is not a SQLite database (it starts {head!r}): it was overwritten, "
+            "or the path names another file. Restore it from a backup or point at the agent's store; "
+            "to start afresh, move it aside"
+        )
+    return True
+
+
+def store_error(path: str | Path, action: str, exc: sqlite3.Error) -> StoreError:
+    """SQLite's `exc` while trying to `action` ("open", "read", "write") the store at
+    `path`, as a `StoreError` naming the file and saying what to do."""
+    text = str(exc)
+    code = getattr(exc, "sqlite_errorname", "")
+    if code == "SQLITE_FULL" or "disk is full" in text or (action == "write" and code.startswith("SQLITE_IOERR")):
+        # A file over RLIMIT_FSIZE fails with EFBIG, which SQLite reports as an I/O error.
+        advice = (
+            "free space on its disk (or raise the file-size limit) and check the disk; nothing of this change "
+            "was written, and it can be retried once there is room"
+        )
+    elif code.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or "malformed" in text or "not a database" in text:
+        advice = (
+            "the file is damaged. Restore it from a backup, or move it aside to start this agent afresh "
+            f"(`sqlite3 {path} .recover` may save what is left)"
+        )
+    elif code.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in text:
+        advice = "another process holds it; stop that process (one agent per store) and retry"
+    elif code.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_PERM")) or "readonly" in text:
+        advice = "make the file and its directory readable and writable by this user"
+    elif code.startswith("SQLITE_IOERR"):
+        advice = "the disk failed to read or write it; check the disk (and its free space), then retry"
+    else:
+        advice = "check the file, or move it aside to start this agent afresh"
+    return StoreError(f"cannot {action} context store {str(path)!r}: {text}; {advice}")
+
+
+def _create(path: str) -> None:
+    """Make an empty store at `path` in one step: set up beside it, then linked into place,
+    so no reader ever finds a zero-length file there (which `check_store_file` refuses).
+    Another process creating it at the same moment wins; its file is used."""
+    scratch = f"{path}.{uuid.uuid4().hex[:8]}.new"
+    try:
+        with contextlib.closing(sqlite3.connect(scratch, isolation_level=None)) as conn:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.executescript(_SCHEMA + ARCHIVE_SCHEMA)
+        try:
+            os.link(scratch, path)
+        except FileExistsError:
+            pass
+        except OSError:  # a file system without hard links: a rename, unless one appeared meanwhile
+            if not os.path.exists(path):
+                os.replace(scratch, path)
+    except sqlite3.Error as exc:
+        raise store_error(path, "create", exc) from exc
+    except OSError as exc:
+        raise StoreError(f"cannot create context store {path!r}: {exc}; check that its directory is writable") from exc
+    finally:
+        for leftover in (scratch, f"{scratch}-wal", f"{scratch}-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(leftover)
+
+
+def _check_pages(conn: sqlite3.Connection) -> None:
+    """Read every page of the file once (SQLite's quick check: ~5 ms for a 14 MB store, warm), so a
+    damaged page is refused when the store is opened, not found later by the one read
+    that needs it while the agent runs on with part of its context.
+
+    :raises sqlite3.DatabaseError: naming what is wrong, if anything is.
+    """
+    problems = [row[0] for row in conn.execute("PRAGMA quick_check(3)")]
+    if problems != ["ok"]:
+        raise sqlite3.DatabaseError(f"database disk image is malformed ({'; '.join(problems)})")
+
+
 class Store:
     """SQLite persistence of one agent's context, bound to one domain.
 
@@ -72,18 +176,22 @@ class Store:
 
     :param path: the database file (created if missing) or ":memory:".
     :param domain: the `user/session/task` display form this store serves.
+    Every SQLite error leaves as a `StoreError` naming the file and what to do.
+
     :raises DomainMismatch: if the file is already bound to another domain.
-    :raises StoreError: if the file is not a ctxbus context store of a known schema, or
-        one of an older schema that cannot be upgraded.
+    :raises StoreError: if the file is empty, damaged or not a ctxbus context store of a
+        known schema, or one of an older schema that cannot be upgraded.
     """
 
     def __init__(self, path: str | Path, domain: str) -> None:
         self.path = str(path)
         self.domain = domain
+        if self.path != _MEMORY and not check_store_file(self.path):
+            _create(self.path)
         try:
             self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"cannot open context store {self.path!r}: {exc}") from exc
+        except sqlite3.Error as exc:
+            raise store_error(self.path, "open", exc) from exc
         try:
             self._bind(domain)
         except BaseException:
@@ -96,9 +204,10 @@ class Store:
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.executescript(_SCHEMA + ARCHIVE_SCHEMA)
+            _check_pages(self._conn)
             meta = self.meta()
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"cannot open context store {self.path!r}: {exc}") from exc
+        except sqlite3.Error as exc:
+            raise store_error(self.path, "open", exc) from exc
         bound = meta.get("domain")
         if bound is not None and bound != domain:
             raise DomainMismatch(bound, domain)
@@ -136,11 +245,13 @@ class Store:
     @property
     def journal_mode(self) -> str:
         """SQLite's journal mode for this file (`wal` unless the file is in memory)."""
-        return str(self._conn.execute("PRAGMA journal_mode").fetchone()[0])
+        with self._reading():
+            return str(self._conn.execute("PRAGMA journal_mode").fetchone()[0])
 
     def meta(self) -> dict[str, str]:
         """All metadata of the store (domain, counters, mode, nudge state ...)."""
-        return dict(self._conn.execute("SELECT key, value FROM meta").fetchall())
+        with self._reading():
+            return dict(self._conn.execute("SELECT key, value FROM meta").fetchall())
 
     def write_meta(self, values: dict[str, str]) -> None:
         """Set metadata keys in one transaction."""
@@ -150,25 +261,28 @@ class Store:
     def load_entries(self, domain: str) -> list[Entry]:
         """Every message of `domain`, oldest first."""
         self.check(domain)
-        rows = self._conn.execute(
-            f"SELECT {_ENTRY_COLUMNS} FROM messages WHERE domain = ? ORDER BY tag", (domain,)
-        ).fetchall()
+        with self._reading():
+            rows = self._conn.execute(
+                f"SELECT {_ENTRY_COLUMNS} FROM messages WHERE domain = ? ORDER BY tag", (domain,)
+            ).fetchall()
         return [_entry(row) for row in rows]
 
     def load_summaries(self, domain: str) -> list[SummaryEntry]:
         """The summary layer of `domain`, oldest first."""
         self.check(domain)
-        rows = self._conn.execute(
-            "SELECT id, first_tag, last_tag, text, tokens FROM summaries WHERE domain = ? ORDER BY id", (domain,)
-        ).fetchall()
+        with self._reading():
+            rows = self._conn.execute(
+                "SELECT id, first_tag, last_tag, text, tokens FROM summaries WHERE domain = ? ORDER BY id", (domain,)
+            ).fetchall()
         return [SummaryEntry(*row) for row in rows]
 
     def load_constraints(self, domain: str) -> list[ConstraintRecord]:
         """The constraint records of `domain`, by source tag."""
         self.check(domain)
-        rows = self._conn.execute(
-            "SELECT source_tag, text, tokens FROM constraints WHERE domain = ? ORDER BY source_tag", (domain,)
-        ).fetchall()
+        with self._reading():
+            rows = self._conn.execute(
+                "SELECT source_tag, text, tokens FROM constraints WHERE domain = ? ORDER BY source_tag", (domain,)
+            ).fetchall()
         return [ConstraintRecord(*row) for row in rows]
 
     def save(
@@ -246,7 +360,8 @@ class Store:
             indexed = index_pending(self._conn, domain, done)
             if indexed != done:
                 self._conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('fts_indexed', ?)", (str(indexed),))
-        return search_archive(self._conn, domain, query, limit)
+        with self._reading():
+            return search_archive(self._conn, domain, query, limit)
 
     def load_snapshot(self, domain: str, snapshot_id: int | None) -> tuple[int, dict[str, Any]] | None:
         """A snapshot's id and payload (the newest if `snapshot_id` is None), or None.
@@ -255,14 +370,15 @@ class Store:
         transaction that writes the restored layers, so a failed restore loses nothing.
         """
         self.check(domain)
-        if snapshot_id is None:
-            row = self._conn.execute(
-                "SELECT id, payload FROM snapshots WHERE domain = ? ORDER BY id DESC LIMIT 1", (domain,)
-            ).fetchone()
-        else:
-            row = self._conn.execute(
-                "SELECT id, payload FROM snapshots WHERE domain = ? AND id = ?", (domain, snapshot_id)
-            ).fetchone()
+        with self._reading():
+            if snapshot_id is None:
+                row = self._conn.execute(
+                    "SELECT id, payload FROM snapshots WHERE domain = ? ORDER BY id DESC LIMIT 1", (domain,)
+                ).fetchone()
+            else:
+                row = self._conn.execute(
+                    "SELECT id, payload FROM snapshots WHERE domain = ? AND id = ?", (domain, snapshot_id)
+                ).fetchone()
         if row is None:
             return None
         payload: dict[str, Any] = json.loads(row[1])
@@ -271,7 +387,10 @@ class Store:
     def snapshot_ids(self, domain: str) -> list[int]:
         """Ids of the stored snapshots, oldest first."""
         self.check(domain)
-        return [r[0] for r in self._conn.execute("SELECT id FROM snapshots WHERE domain = ? ORDER BY id", (domain,))]
+        with self._reading():
+            return [
+                r[0] for r in self._conn.execute("SELECT id FROM snapshots WHERE domain = ? ORDER BY id", (domain,))
+            ]
 
     def close(self) -> None:
         """Checkpoint and close the file."""
@@ -279,6 +398,14 @@ class Store:
 
     def _transaction(self) -> _Transaction:
         return _Transaction(self._conn, self.path)
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        """SQLite's errors while reading (a damaged page) leave as `StoreError`, naming the file."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise store_error(self.path, "read", exc) from exc
 
 
 class _Transaction:
@@ -296,7 +423,7 @@ class _Transaction:
         try:
             self._conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot write context store {self._path!r}: {exc}") from exc
+            raise store_error(self._path, "write", exc) from exc
 
     def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
         if exc is None:
@@ -313,7 +440,7 @@ class _Transaction:
                 "tags to it; open a store in one context at a time"
             ) from exc
         if isinstance(exc, sqlite3.Error):
-            raise StoreError(f"cannot write context store {self._path!r}: {exc}") from exc
+            raise store_error(self._path, "write", exc) from exc
 
 
 def _entry_row(domain: str, e: Entry) -> tuple[object, ...]:
