@@ -25,6 +25,7 @@ from schemas import UsageError
 
 __all__ = [
     "ARCHIVE_SCHEMA",
+    "FTS_FORMAT",
     "SearchHit",
     "clip",
     "compact_form",
@@ -56,8 +57,8 @@ _SEP = "\uffff"
 """Put between a CJK character and its neighbours in the indexed text. A noncharacter
 (meant for a program's internal use): unicode61 splits on it and no real text holds it,
 so removing it from a snippet gives back the original."""
-_FTS_FORMAT = ("fts_format", "cjk-1")
-"""Meta key and value recording that the index holds CJK as single characters. A store
+FTS_FORMAT = "cjk-1"
+"""The index's format, as the store records it: CJK held as single characters. A store
 indexed before (without it) is indexed again, once, at the next search."""
 _MAX_QUERY_TERMS = 32
 _MAX_READ_HITS = 50
@@ -162,20 +163,16 @@ def _line_range(lines: object) -> tuple[int, int | None]:
     )
 
 
-def index_pending(conn: sqlite3.Connection, domain: str, after: int) -> int:
+def index_pending(conn: sqlite3.Connection, domain: str, after: int, *, reindex: bool) -> int:
     """Index messages with a tag above `after`; return the highest tag now indexed.
 
-    If the index was built before CJK text was split (see the module docstring), it is
-    dropped and every message indexed again, so old messages are found like new ones.
-    Runs inside the caller's transaction.
+    `reindex` when the index is not of `FTS_FORMAT` (built before CJK text was split,
+    see the module docstring): it is dropped and every message indexed again, so old
+    messages are found like new ones. Runs inside the caller's transaction.
     """
-    key, version = _FTS_FORMAT
-    row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-    if row is None or row[0] != version:
-        if after > 0:
-            conn.execute("INSERT INTO archive_fts(archive_fts) VALUES ('delete-all')")
-            after = 0
-        conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, version))
+    if reindex and after > 0:
+        conn.execute("INSERT INTO archive_fts(archive_fts) VALUES ('delete-all')")
+        after = 0
     row = conn.execute("SELECT max(tag) FROM messages WHERE domain = ?", (domain,)).fetchone()
     newest = int(row[0] or 0)
     if newest > after:

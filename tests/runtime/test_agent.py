@@ -250,6 +250,49 @@ async def test_context_and_nudge_state_stay_on_the_event_loop_thread(
     assert sorted(name for name, threads in threads_used.items() if threads != {loop}) == []
 
 
+_CONNECTS: list[str] | None = None
+"""While a test records: the file of every `sqlite3.connect` the process makes."""
+
+
+def _record_connects(event: str, args: tuple[Any, ...]) -> None:
+    if event == "sqlite3.connect" and _CONNECTS is not None:
+        _CONNECTS.append(str(args[0]))
+
+
+sys.addaudithook(_record_connects)  # audit hooks stay for the process; it records only when asked
+
+
+async def test_the_agent_file_has_one_connection_for_context_and_nudge_state(
+    bus: tuple[NatsClient, TaskGroup], agents: Agents, tmp_path: Path
+) -> None:
+    """The context, the runtime state and the nudge state (Channel 1 and 2) go through
+    the one `AgentStore` the agent opened: no tool call, reminder or delivery opens the
+    file again."""
+    global _CONNECTS
+    client, tg = bus
+    config = _config(Domain.parse(f"rt/s6/{uuid.uuid4().hex[:8]}"), tmp_path)
+    _CONNECTS = []
+    try:
+        agent = agents.open(client, config)
+        opened, _CONNECTS[:] = list(_CONNECTS), []
+        await tg.start(agent.run)
+        agent.user("Fix the failing handler tests.")
+        delivered = False
+        for i in range(40):
+            agent.assistant("grep", tool_name="grep", call_id=f"c{i}")
+            outcome = await agent.tool_result("grep", _output(i), call_id=f"c{i}")
+            delivered |= outcome.delivery is not None and outcome.delivery.done
+        agent.ctx_reduce("3")
+        agent.compose("go on")
+        agents.close(agent)
+        after = list(_CONNECTS)
+    finally:
+        _CONNECTS = None
+    assert delivered, "the run must reach Channel 2, which saves its state and writes the context"
+    assert opened.count(str(config.store)) == 1, opened
+    assert after == [], "nothing opened the file again"
+
+
 async def test_one_process_per_agent_store(nats_client: NatsClient, agents: Agents, tmp_path: Path) -> None:
     domain = Domain.parse(f"rt/s4/{uuid.uuid4().hex[:8]}")
     first = agents.open(nats_client, _config(domain, tmp_path))
