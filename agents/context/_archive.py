@@ -31,6 +31,7 @@ __all__ = [
     "compact_form",
     "error_lines",
     "index_pending",
+    "page",
     "read_lines",
     "search_archive",
 ]
@@ -113,7 +114,15 @@ def compact_form(
     return "\n".join(out)
 
 
-def read_lines(content: str, *, tag: int, lines: tuple[int, int | None] | None = None, query: str | None = None) -> str:
+def read_lines(
+    content: str,
+    *,
+    tag: int,
+    lines: tuple[int, int | None] | None = None,
+    query: str | None = None,
+    offset: int = 0,
+    limit: int | None = None,
+) -> str:
     """Numbered lines of `content` (message §tag§): a 1-based inclusive range, or those
     matching `query` (the first 50, with how many more there are; or a sentence saying
     that none do, rather than an empty answer the model would puzzle over).
@@ -121,10 +130,37 @@ def read_lines(content: str, *, tag: int, lines: tuple[int, int | None] | None =
     A range may run past the last line, or be open (`(start, None)`): it stops there;
     but it must start on a line the message has.
 
+    With a `limit`, the answer is paged by characters (see `page`), so a 10 MB line
+    comes back in pieces: `offset` is where in the answer this page starts.
+
     :raises LinesPastTheEnd: for a range that starts after the last line.
     :raises UsageError: for a range that is not two whole line numbers (an empty or
-        inverted one too), or a query with no words.
+        inverted one too), a query with no words, or an offset past the answer's end.
     """
+    return page(_lines(content, tag=tag, lines=lines, query=query), tag=tag, offset=offset, limit=limit)
+
+
+def page(text: str, *, tag: int, offset: int = 0, limit: int | None = None) -> str:
+    """Characters `offset` to `offset + limit` of `text` (the answer of a read of §tag§),
+    followed, when that is not all of it, by a line saying which part this is and the
+    offset to read on from. Without a limit and offset, `text` itself.
+
+    :raises UsageError: for a negative offset, a limit below 1, or an offset past the end.
+    """
+    if offset < 0 or (limit is not None and limit < 1):
+        raise UsageError(f"offset must be >= 0 and limit >= 1; got offset={offset!r}, limit={limit!r}")
+    if offset == 0 and (limit is None or len(text) <= limit):
+        return text
+    if offset >= len(text):
+        raise UsageError(f"offset {offset:,} is past the end: this read of §{tag}§ is {len(text):,} characters")
+    end = len(text) if limit is None else min(len(text), offset + limit)
+    where = f"characters {offset:,}-{end:,} of {len(text):,}"
+    more = f"read on with offset={end}" if end < len(text) else "the end"
+    return f"{text[offset:end]}\n[§{tag}§: {where}; {more}]"
+
+
+def _lines(content: str, *, tag: int, lines: tuple[int, int | None] | None, query: str | None) -> str:
+    """`read_lines` before paging."""
     all_lines = content.splitlines()
     unshown = 0
     if lines is not None:

@@ -263,21 +263,33 @@ class LocalContext:
 
     # -- archive ------------------------------------------------------------------------
 
-    def read(self, ref: int | str, *, lines: tuple[int, int | None] | None = None, query: str | None = None) -> str:
+    def read(
+        self,
+        ref: int | str,
+        *,
+        lines: tuple[int, int | None] | None = None,
+        query: str | None = None,
+        offset: int = 0,
+        limit: int | None = None,
+    ) -> str:
         """The full text of a message (archived, evicted or dropped: nothing is lost).
 
         :param ref: a tag (`12`, `"§12§"`) or a message id.
         :param lines: a 1-based inclusive line range, returned with line numbers; an
             open end (`(5, None)`) reads to the last line.
         :param query: return only the numbered lines containing any of its words.
+        :param limit: at most this many characters of the answer, with a line saying
+            where to read on (a 10 MB line is read in pages); None for all of it.
+        :param offset: where in the answer to start (the offset that line gives).
         :raises UnknownReference: if no message has that tag or id.
         :raises LinesPastTheEnd: if the range starts after the message's last line.
+        :raises UsageError: if `offset` is past the end of the answer.
         """
         self._check_open()
         entry = self._resolve(ref)
         entry.refs += 1
         self._state.touch(entry)
-        return read_lines(entry.content, tag=entry.tag, lines=lines, query=query)
+        return read_lines(entry.content, tag=entry.tag, lines=lines, query=query, offset=offset, limit=limit)
 
     def search(self, query: str, *, limit: int = 5) -> list[SearchHit]:
         """BM25-ranked compact hits over every message of this agent (SQLite FTS5).

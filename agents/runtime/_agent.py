@@ -334,9 +334,17 @@ class Agent:
         """The `ctx_search` tool."""
         return self.context.search(query, limit=limit)
 
-    def read(self, ref: int | str, *, lines: tuple[int, int | None] | None = None, query: str | None = None) -> str:
-        """The `ctx_read` tool."""
-        return self.context.read(ref, lines=lines, query=query)
+    def read(
+        self,
+        ref: int | str,
+        *,
+        lines: tuple[int, int | None] | None = None,
+        query: str | None = None,
+        offset: int = 0,
+        limit: int | None = None,
+    ) -> str:
+        """The `ctx_read` tool (see `LocalContext.read`)."""
+        return self.context.read(ref, lines=lines, query=query, offset=offset, limit=limit)
 
     # -- shared brief --------------------------------------------------------------------
 
