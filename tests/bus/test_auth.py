@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
+import anyio.abc
 import nats
 import pytest
 from nats.aio.client import Client
@@ -219,6 +220,18 @@ async def _settled(tenancy: _Tenancy, domain: Domain, tenant: str) -> BriefState
     return await BriefLog(client).load(domain)
 
 
+async def _following(
+    a1: Client, tg: anyio.abc.TaskGroup, verifier: Verifier | None = None
+) -> tuple[BriefReplica, Proposer]:
+    """a1's replica of acme's brief, running, and its proposer, with one note committed."""
+    replica = BriefReplica(a1, ACME, verifier=verifier)
+    await tg.start(replica.run)
+    honest = Proposer(a1, ACME, agent_id="a1", verifier=verifier)
+    assert await honest.propose(AddNote(text="before"), deadline=10) == Committed(revision=1)
+    await replica.wait_for(1, timeout=10)
+    return replica, honest
+
+
 async def test_the_roles_that_work_do_their_work(tenancy: _Tenancy) -> None:
     """Agents propose, follow the log, claim their Channel 2 leases and beat; operators
     read; each tenant's coordinator commits its own tenant's proposals."""
@@ -255,11 +268,7 @@ async def test_the_roles_that_work_do_their_work(tenancy: _Tenancy) -> None:
 async def test_every_attack_is_refused_by_the_server_and_nothing_changes(tenancy: _Tenancy) -> None:
     a1 = await _agent(tenancy, "acme", "a1")
     async with anyio.create_task_group() as tg:
-        replica = BriefReplica(a1, ACME)
-        await tg.start(replica.run)
-        honest = Proposer(a1, ACME, agent_id="a1")
-        assert await honest.propose(AddNote(text="before"), deadline=10) == Committed(revision=1)
-        await replica.wait_for(1, timeout=10)
+        replica, honest = await _following(a1, tg)
         before = (await _settled(tenancy, ACME, "acme")).brief
 
         mallory = await tenancy.raw("acme", "a2")
@@ -326,11 +335,7 @@ async def test_an_agent_can_neither_create_nor_delete_a_consumer_on_the_log(tena
 
     await a1.subscribe(trap, cb=heard)
     async with anyio.create_task_group() as tg:
-        replica = BriefReplica(a1, ACME)
-        await tg.start(replica.run)
-        honest = Proposer(a1, ACME, agent_id="a1")
-        assert await honest.propose(AddNote(text="before"), deadline=10) == Committed(revision=1)
-        await replica.wait_for(1, timeout=10)
+        replica, honest = await _following(a1, tg)
         kept = await coordinator.jetstream().add_consumer("CTXBUS_TX", durable_name="kept", ack_policy="none")
 
         def create(deliver_to: str, **config: object) -> bytes:
@@ -392,11 +397,7 @@ async def test_an_entry_signed_by_a_key_the_tenant_does_not_trust_is_skipped(ten
     a1 = await _agent(tenancy, "acme", "a1")
     trusted = Verifier(tenancy.store.credentials("acme", "a1").trusted_signers)
     async with anyio.create_task_group() as tg:
-        replica = BriefReplica(a1, ACME, verifier=trusted)
-        await tg.start(replica.run)
-        honest = Proposer(a1, ACME, agent_id="a1", verifier=trusted)
-        assert await honest.propose(AddNote(text="before"), deadline=10) == Committed(revision=1)
-        await replica.wait_for(1, timeout=10)
+        replica, honest = await _following(a1, tg, verifier=trusted)
 
         bolts_key = tenancy.store.credentials("bolt", "c1").signing_seed
         assert bolts_key is not None

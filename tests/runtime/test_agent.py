@@ -234,6 +234,17 @@ async def test_context_and_nudge_state_stay_on_the_event_loop_thread(
     nudge state can interleave with one on the loop; so neither ever leaves the loop."""
     client, tg = bus
     agent = agents.open(client, _config(Domain.parse(f"rt/s5/{uuid.uuid4().hex[:8]}"), tmp_path))
+    delivered = await _work_until_channel2(agent, tg)
+    agents.close(agent)  # closing stays on the loop's thread too
+    assert delivered, "the run must reach Channel 2, whose host writes to the context"
+    assert {"LocalContext.add", "SqliteNudgeStateStore.save"} <= threads_used.keys()
+    loop = threading.get_ident()
+    assert sorted(name for name, threads in threads_used.items() if threads != {loop}) == []
+
+
+async def _work_until_channel2(agent: Agent, tg: TaskGroup) -> bool:
+    """Run `agent` through 40 tool calls, a ctx_reduce and a compose; whether Channel 2
+    delivered its directive meanwhile."""
     await tg.start(agent.run)
     agent.user("Fix the failing handler tests.")
     delivered = False
@@ -243,11 +254,7 @@ async def test_context_and_nudge_state_stay_on_the_event_loop_thread(
         delivered |= outcome.delivery is not None and outcome.delivery.done
     agent.ctx_reduce("3")
     agent.compose("go on")
-    agents.close(agent)  # closing stays on the loop's thread too
-    assert delivered, "the run must reach Channel 2, whose host writes to the context"
-    assert {"LocalContext.add", "SqliteNudgeStateStore.save"} <= threads_used.keys()
-    loop = threading.get_ident()
-    assert sorted(name for name, threads in threads_used.items() if threads != {loop}) == []
+    return delivered
 
 
 _CONNECTS: list[str] | None = None
@@ -275,15 +282,7 @@ async def test_the_agent_file_has_one_connection_for_context_and_nudge_state(
     try:
         agent = agents.open(client, config)
         opened, _CONNECTS[:] = list(_CONNECTS), []
-        await tg.start(agent.run)
-        agent.user("Fix the failing handler tests.")
-        delivered = False
-        for i in range(40):
-            agent.assistant("grep", tool_name="grep", call_id=f"c{i}")
-            outcome = await agent.tool_result("grep", _output(i), call_id=f"c{i}")
-            delivered |= outcome.delivery is not None and outcome.delivery.done
-        agent.ctx_reduce("3")
-        agent.compose("go on")
+        delivered = await _work_until_channel2(agent, tg)
         agents.close(agent)
         after = list(_CONNECTS)
     finally:
