@@ -7,16 +7,22 @@ server's permissions keep the roles apart:
 
 - a **coordinator** serves the proposal queue group, publishes on the log subjects,
   answers requests (`allow_responses`) and manages the streams and buckets;
-- an **agent** publishes proposals, reads the log and the snapshots through the
-  JetStream calls a replica makes, and writes only its own lease and presence keys: it
-  cannot publish on a log subject, purge or delete, subscribe to proposals, or answer
-  anyone's request;
-- an **operator** reads: status and metrics, the log, snapshots and presence.
+- an **agent** publishes proposals, reads the log and the snapshots with direct gets
+  (the calls a replica makes), and writes only its own lease and presence keys: it
+  cannot publish on a log subject, purge or delete, create or delete a consumer,
+  subscribe to proposals, or answer anyone's request. It may not create consumers
+  because a push consumer delivers to any subject its creator names (the proposal
+  queue, another client's inbox), and no permission can restrict that;
+- an **operator** reads: status and metrics, the log, snapshots and presence; it may
+  create an ephemeral consumer on the log (`ctxbus log --follow`), not delete one.
 
 Replies: every principal receives only on its own inbox prefix
 (`_INBOX.<tenant>.<name>.>`, set as the client's inbox prefix by `Credentials`), and only
 coordinators may answer requests, and only the requests they received. An agent can
-neither read another's answers nor answer in a coordinator's place.
+neither read another's answers nor answer in a coordinator's place. (NATS does not
+check the reply subject a request names: anyone may ask for an answer to be sent to
+another's inbox, one answer per request. So answers are signed and matched to their
+request by whoever receives them, and coordinators dead-letter what is not a proposal.)
 
 `AuthStore` keeps a directory: the registry (tenants, principals and their public keys),
 each tenant's commit-signing key, one credentials file per principal (mode 0600), and
@@ -104,16 +110,16 @@ def _direct_get(stream: str) -> list[str]:
 
 
 def _reader(stream: str) -> list[str]:
-    """The JetStream calls that read `stream`: gets, its info, and an ordered consumer."""
-    return [
-        *_direct_get(stream),
-        f"$JS.API.STREAM.INFO.{stream}",
-        f"$JS.API.CONSUMER.CREATE.{stream}",
-        f"$JS.API.CONSUMER.CREATE.{stream}.>",
-        f"$JS.API.CONSUMER.DELETE.{stream}.>",
-        f"$JS.API.CONSUMER.INFO.{stream}.>",
-        f"$JS.FC.{stream}.>",
-    ]
+    """The JetStream calls that read `stream`: gets and its info."""
+    return [*_direct_get(stream), f"$JS.API.STREAM.INFO.{stream}"]
+
+
+def _follower(stream: str) -> list[str]:
+    """`_reader`, and an ephemeral ordered consumer (`ctxbus log --follow`): created
+    without a name in the subject, never deleted by name (the server drops it when
+    its subscriber goes). Not for agents: a consumer delivers to whatever subject its
+    creator names, and no permission can restrict that (see `TxLogConfig.consumers`)."""
+    return [*_reader(stream), f"$JS.API.CONSUMER.CREATE.{stream}", f"$JS.FC.{stream}.>"]
 
 
 def permissions(role: Role, tenant: str, name: str) -> dict[str, Any]:
@@ -173,7 +179,7 @@ def permissions(role: Role, tenant: str, name: str) -> dict[str, Any]:
                     "allow": [
                         STATUS_SUBJECT,
                         METRICS_SUBJECT,
-                        *_reader(log),
+                        *_follower(log),
                         *_direct_get(briefs),
                         f"$JS.API.STREAM.INFO.{briefs}",
                         *_reader(presence),

@@ -64,6 +64,7 @@ from bus._streams import (
 )
 from bus._subjects import TX_STREAM, TX_SUBJECTS, live_subject
 from bus._translate import translating
+from schemas import UsageError
 
 __all__ = ["TxLog", "TxLogConfig", "LogEntry"]
 
@@ -101,6 +102,11 @@ class TxLogConfig:
     idle_heartbeat: float = 1.0
     """Heartbeat of `follow`'s consumer: how fast a dead subscription is noticed; `tail`
     checks the log after three of these without news."""
+    consumers: bool = True
+    """Whether this reader may create consumers on the stream. An agent may not: a push
+    consumer delivers to any subject its creator names, which no server permission can
+    restrict (into the proposal queue, into another client's inbox), so the agent role
+    reads with direct gets only (`read` and `tail` then never stream; `follow` is refused)."""
 
 
 @dataclass(frozen=True)
@@ -256,11 +262,14 @@ class TxLog:
         A short tail (the usual case: a writer catching up after losing a race) is read
         with direct gets, one round trip per entry; after `direct_limit` of them, the
         rest through an ordered consumer, whose setup costs more but which then streams
-        and tells how many entries are still to come (`LogEntry.pending`).
+        and tells how many entries are still to come (`LogEntry.pending`). A reader
+        that may not create consumers (`TxLogConfig.consumers`) reads all of it with
+        direct gets.
         """
         end = await self.last_seq(subject)
         next_seq = from_seq
-        for _ in range(direct_limit):
+        while direct_limit > 0 or not self.config.consumers:
+            direct_limit -= 1
             if next_seq > end:
                 return
             entry = await self._get_next(subject, next_seq)
@@ -283,7 +292,14 @@ class TxLog:
         Each entry is yielded exactly once, across disconnects and server restarts.
         Close the iterator (`aclose()`, or leave an `async with aclosing(...)`) to stop.
         With `until`, it also ends early if the entries up to `until` are purged meanwhile.
+
+        :raises UsageError: if this reader may not create consumers (`TxLogConfig.consumers`).
         """
+        if not self.config.consumers:
+            raise UsageError(
+                "this reader follows the log without consumers (the agent role may not create them): "
+                "follow with an operator's credentials"
+            )
         next_seq = max(from_seq, 1)
         if until is not None and next_seq > until:
             return

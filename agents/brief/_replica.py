@@ -13,7 +13,7 @@ import math
 import anyio
 from anyio.abc import TaskStatus
 
-from bus import BriefLog, BriefState, NatsClient, Verifier
+from bus import BriefLog, BriefState, NatsClient, TxLogConfig, Verifier
 from schemas import Domain, TaskBrief, UsageError, brief_hash, render_brief
 
 __all__ = ["BriefReplica"]
@@ -47,7 +47,8 @@ class BriefReplica:
         if resume_from is not None and resume_from.domain != domain:
             raise UsageError(f"cannot resume {domain} from a state of {resume_from.domain}")
         self.domain = domain
-        self._log = brief_log or BriefLog(client, verifier=verifier)
+        # No consumers: the agent role may not create them (`TxLogConfig.consumers`).
+        self._log = brief_log or BriefLog(client, verifier=verifier, txlog=TxLogConfig(consumers=False))
         self._state = resume_from
         self._changed = anyio.Event()
 

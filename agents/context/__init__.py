@@ -25,10 +25,12 @@ from agents.context._errors import (
 from agents.context._modes import BUILTIN_MODES, ModeDescriptor
 from agents.context._records import drop_placeholder
 from agents.context._report import ComposeReport, Composition, LayerItem, LayerView, TailItem, Trim, TrimReason
+from agents.context._store import AgentStore, check_store_file, store_error
 from agents.context._summary import ExtractiveSummarizer, Summarizer
 from agents.context._tokens import CLAUDE_SPLIT_PATTERN, DEFAULT_ENCODING, EncodingNotFound, Tokenizer
 
 __all__ = [
+    "AgentStore",
     "BUILTIN_MODES",
     "CLAUDE_SPLIT_PATTERN",
     "ComposeReport",
@@ -57,5 +59,7 @@ __all__ = [
     "TrimReason",
     "UnknownMode",
     "UnknownReference",
+    "check_store_file",
     "drop_placeholder",
+    "store_error",
 ]

@@ -25,11 +25,13 @@ from schemas import UsageError
 
 __all__ = [
     "ARCHIVE_SCHEMA",
+    "FTS_FORMAT",
     "SearchHit",
     "clip",
     "compact_form",
     "error_lines",
     "index_pending",
+    "page",
     "read_lines",
     "search_archive",
 ]
@@ -56,8 +58,8 @@ _SEP = "\uffff"
 """Put between a CJK character and its neighbours in the indexed text. A noncharacter
 (meant for a program's internal use): unicode61 splits on it and no real text holds it,
 so removing it from a snippet gives back the original."""
-_FTS_FORMAT = ("fts_format", "cjk-1")
-"""Meta key and value recording that the index holds CJK as single characters. A store
+FTS_FORMAT = "cjk-1"
+"""The index's format, as the store records it: CJK held as single characters. A store
 indexed before (without it) is indexed again, once, at the next search."""
 _MAX_QUERY_TERMS = 32
 _MAX_READ_HITS = 50
@@ -112,7 +114,15 @@ def compact_form(
     return "\n".join(out)
 
 
-def read_lines(content: str, *, tag: int, lines: tuple[int, int | None] | None = None, query: str | None = None) -> str:
+def read_lines(
+    content: str,
+    *,
+    tag: int,
+    lines: tuple[int, int | None] | None = None,
+    query: str | None = None,
+    offset: int = 0,
+    limit: int | None = None,
+) -> str:
     """Numbered lines of `content` (message §tag§): a 1-based inclusive range, or those
     matching `query` (the first 50, with how many more there are; or a sentence saying
     that none do, rather than an empty answer the model would puzzle over).
@@ -120,10 +130,37 @@ def read_lines(content: str, *, tag: int, lines: tuple[int, int | None] | None =
     A range may run past the last line, or be open (`(start, None)`): it stops there;
     but it must start on a line the message has.
 
+    With a `limit`, the answer is paged by characters (see `page`), so a 10 MB line
+    comes back in pieces: `offset` is where in the answer this page starts.
+
     :raises LinesPastTheEnd: for a range that starts after the last line.
     :raises UsageError: for a range that is not two whole line numbers (an empty or
-        inverted one too), or a query with no words.
+        inverted one too), a query with no words, or an offset past the answer's end.
     """
+    return page(_lines(content, tag=tag, lines=lines, query=query), tag=tag, offset=offset, limit=limit)
+
+
+def page(text: str, *, tag: int, offset: int = 0, limit: int | None = None) -> str:
+    """Characters `offset` to `offset + limit` of `text` (the answer of a read of §tag§),
+    followed, when that is not all of it, by a line saying which part this is and the
+    offset to read on from. Without a limit and offset, `text` itself.
+
+    :raises UsageError: for a negative offset, a limit below 1, or an offset past the end.
+    """
+    if offset < 0 or (limit is not None and limit < 1):
+        raise UsageError(f"offset must be >= 0 and limit >= 1; got offset={offset!r}, limit={limit!r}")
+    if offset == 0 and (limit is None or len(text) <= limit):
+        return text
+    if offset >= len(text):
+        raise UsageError(f"offset {offset:,} is past the end: this read of §{tag}§ is {len(text):,} characters")
+    end = len(text) if limit is None else min(len(text), offset + limit)
+    where = f"characters {offset:,}-{end:,} of {len(text):,}"
+    more = f"read on with offset={end}" if end < len(text) else "the end"
+    return f"{text[offset:end]}\n[§{tag}§: {where}; {more}]"
+
+
+def _lines(content: str, *, tag: int, lines: tuple[int, int | None] | None, query: str | None) -> str:
+    """`read_lines` before paging."""
     all_lines = content.splitlines()
     unshown = 0
     if lines is not None:
@@ -162,20 +199,16 @@ def _line_range(lines: object) -> tuple[int, int | None]:
     )
 
 
-def index_pending(conn: sqlite3.Connection, domain: str, after: int) -> int:
+def index_pending(conn: sqlite3.Connection, domain: str, after: int, *, reindex: bool) -> int:
     """Index messages with a tag above `after`; return the highest tag now indexed.
 
-    If the index was built before CJK text was split (see the module docstring), it is
-    dropped and every message indexed again, so old messages are found like new ones.
-    Runs inside the caller's transaction.
+    `reindex` when the index is not of `FTS_FORMAT` (built before CJK text was split,
+    see the module docstring): it is dropped and every message indexed again, so old
+    messages are found like new ones. Runs inside the caller's transaction.
     """
-    key, version = _FTS_FORMAT
-    row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-    if row is None or row[0] != version:
-        if after > 0:
-            conn.execute("INSERT INTO archive_fts(archive_fts) VALUES ('delete-all')")
-            after = 0
-        conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, version))
+    if reindex and after > 0:
+        conn.execute("INSERT INTO archive_fts(archive_fts) VALUES ('delete-all')")
+        after = 0
     row = conn.execute("SELECT max(tag) FROM messages WHERE domain = ?", (domain,)).fetchone()
     newest = int(row[0] or 0)
     if newest > after:

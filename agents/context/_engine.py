@@ -18,7 +18,7 @@ from agents.context._modes import ModeDescriptor, lookup_mode, resolve_modes
 from agents.context._records import ConstraintRecord, Entry, SummaryEntry, drop_placeholder
 from agents.context._report import Composition, LayerView, TailItem, logger
 from agents.context._state import ContextState, check_message
-from agents.context._store import Store
+from agents.context._store import AgentStore
 from agents.context._summary import ExtractiveSummarizer, Summarizer
 from agents.context._tokens import Tokenizer
 from schemas import Domain, Message, ToolCall
@@ -37,7 +37,8 @@ class LocalContext:
     `search`, `flush` and `close`; that is the durability point. Not thread-safe: use it
     from one thread (or task) at a time.
 
-    :param path: the agent's SQLite file (created if missing).
+    :param path: the agent's SQLite file (created if missing), or an open `AgentStore` of
+        it, which the context then uses and leaves open (its opener closes it).
     :param domain: the `user/session/task` this context belongs to.
     :param config: window, reserves and thresholds; the store keeps no copy, so pass the
         same one on reopen to get the same composes.
@@ -55,7 +56,7 @@ class LocalContext:
 
     def __init__(
         self,
-        path: str | Path,
+        path: str | Path | AgentStore,
         domain: Domain | str,
         *,
         config: ContextConfig | None = None,
@@ -77,20 +78,23 @@ class LocalContext:
         self._counts: dict[str, int] = {}
         self._last: Composition | None = None
         self._state = ContextState(self.config, self.tokenizer)
-        self._store = Store(path, self._key)
+        self._owns_store = not isinstance(path, AgentStore)
+        self._store = AgentStore(path, self._key) if not isinstance(path, AgentStore) else path
         try:
-            meta = self._store.meta()
-            self._mode = lookup_mode(self._modes, meta.get("mode", mode))
-            if "mode" not in meta:  # a new store: a reopen must not fall back to another default
-                self._store.write_meta({"mode": self._mode.name})
+            self._store.check(self._key)
+            saved = self._store.context_meta()
+            self._mode = lookup_mode(self._modes, saved.mode or mode)
+            if saved.mode is None:  # a new store: a reopen must not fall back to another default
+                self._store.set_mode(self._mode.name)
             self._state.load(
                 self._store.load_entries(self._key),
                 self._store.load_summaries(self._key),
                 self._store.load_constraints(self._key),
-                int(meta.get("next_summary", "1")),
+                saved.next_summary,
             )
         except BaseException:
-            self._store.close()  # the caller gets no context to close
+            if self._owns_store:
+                self._store.close()  # the caller gets no context to close
             raise
         self._closed = False
 
@@ -259,21 +263,33 @@ class LocalContext:
 
     # -- archive ------------------------------------------------------------------------
 
-    def read(self, ref: int | str, *, lines: tuple[int, int | None] | None = None, query: str | None = None) -> str:
+    def read(
+        self,
+        ref: int | str,
+        *,
+        lines: tuple[int, int | None] | None = None,
+        query: str | None = None,
+        offset: int = 0,
+        limit: int | None = None,
+    ) -> str:
         """The full text of a message (archived, evicted or dropped: nothing is lost).
 
         :param ref: a tag (`12`, `"§12§"`) or a message id.
         :param lines: a 1-based inclusive line range, returned with line numbers; an
             open end (`(5, None)`) reads to the last line.
         :param query: return only the numbered lines containing any of its words.
+        :param limit: at most this many characters of the answer, with a line saying
+            where to read on (a 10 MB line is read in pages); None for all of it.
+        :param offset: where in the answer to start (the offset that line gives).
         :raises UnknownReference: if no message has that tag or id.
         :raises LinesPastTheEnd: if the range starts after the message's last line.
+        :raises UsageError: if `offset` is past the end of the answer.
         """
         self._check_open()
         entry = self._resolve(ref)
         entry.refs += 1
         self._state.touch(entry)
-        return read_lines(entry.content, tag=entry.tag, lines=lines, query=query)
+        return read_lines(entry.content, tag=entry.tag, lines=lines, query=query, offset=offset, limit=limit)
 
     def search(self, query: str, *, limit: int = 5) -> list[SearchHit]:
         """BM25-ranked compact hits over every message of this agent (SQLite FTS5).
@@ -348,7 +364,7 @@ class LocalContext:
         """
         self._settle()  # the snapshot must hold the layers as ingest leaves them
         new = lookup_mode(self._modes, name)
-        snapshot = self._write(meta={"mode": new.name}, new_snapshot=(self._clock(), self._snapshot()))
+        snapshot = self._write(mode=new.name, new_snapshot=(self._clock(), self._snapshot()))
         assert snapshot is not None
         logger.info(
             "context mode %s -> %s (snapshot %s)",
@@ -407,7 +423,7 @@ class LocalContext:
         )
         self._mode = mode
         self._last = None
-        self._write(meta={"mode": mode.name}, drop_snapshot=snapshot_id)
+        self._write(mode=mode.name, drop_snapshot=snapshot_id)
         return mode.name
 
     def snapshots(self) -> list[int]:
@@ -420,14 +436,14 @@ class LocalContext:
     def get_state(self, key: str) -> str | None:
         """A value another component stored with `set_state` (survives restarts)."""
         self._check_open()
-        return self._store.meta().get(f"state:{key}")
+        return self._store.runtime_state(key)
 
     def set_state(self, key: str, value: str) -> None:
         """Store a small string value durably, now, in one transaction with every change
         since the last flush: a value that records something done (a message delivered)
         is never on disk without what it records."""
         self._check_open()
-        self._write(meta={f"state:{key}": value})
+        self._write(state={key: value})
 
     # -- persistence ----------------------------------------------------------------------
 
@@ -450,12 +466,13 @@ class LocalContext:
     def _write(
         self,
         *,
-        meta: Mapping[str, str] | None = None,
+        mode: str | None = None,
+        state: Mapping[str, str] | None = None,
         drop_snapshot: int | None = None,
         new_snapshot: tuple[float, dict[str, Any]] | None = None,
     ) -> int | None:
-        """Write pending changes, plus `meta` and a snapshot to drop or to store, in one
-        transaction; returns the stored snapshot's id."""
+        """Write pending changes, plus a new mode, runtime state values and a snapshot to
+        drop or to store, in one transaction; returns the stored snapshot's id."""
         st = self._state
         new, changed = st.drain()
         if not (
@@ -464,7 +481,8 @@ class LocalContext:
             or st.summary_changes
             or st.summaries_reset
             or st.records_dirty
-            or meta
+            or mode is not None
+            or state
             or drop_snapshot is not None
             or new_snapshot is not None
         ):
@@ -477,7 +495,9 @@ class LocalContext:
                 summaries=st.summary_changes,
                 all_summaries=st.summaries if st.summaries_reset else None,
                 constraints=sorted(st.records.values(), key=lambda r: r.source_tag) if st.records_dirty else None,
-                meta={"next_summary": str(st.next_summary_id), **(meta or {})},
+                next_summary=st.next_summary_id,
+                mode=mode,
+                state=state,
                 drop_snapshot=drop_snapshot,
                 new_snapshot=new_snapshot,
             )
@@ -501,7 +521,8 @@ class LocalContext:
             self.flush()
         finally:
             self._closed = True
-            self._store.close()
+            if self._owns_store:
+                self._store.close()
 
     def __enter__(self) -> LocalContext:
         return self

@@ -39,6 +39,8 @@ _VIEWS: Final = ("text", "json")
 _QUERY_MAX: Final = 500
 _DROP_MAX: Final = 2000
 _LIMIT_MAX: Final = 20
+READ_CHARS: Final = 20_000
+"""Characters ctx_read returns at most (~5k tokens); the rest is read on with `offset`."""
 
 _KEY_HELP = (
     "Idempotency key: reuse it to retry a proposal without committing it twice. A key "
@@ -182,22 +184,30 @@ class AgentTools:
             args.schema({"type": "string", "minLength": 1, "maxLength": _QUERY_MAX}, optional=True),
             Field(description="Return only the lines with these words."),
         ] = None,  # type: ignore[assignment]
+        offset: Annotated[
+            Any,
+            args.AS_SENT,
+            args.schema({"type": "integer", "minimum": 0}, optional=True),
+            Field(description="Where to start in a long answer: the offset its last line names."),
+        ] = None,
     ) -> CallToolResult:
         """Read the full text of a tagged message, or some of its lines. Nothing is ever
-        lost: released (ctx_reduce) output reads back in full."""
+        lost: released (ctx_reduce) output reads back in full. A long answer comes in
+        pages of 20,000 characters, each ending with the offset to read on from."""
 
         async def body() -> str:
             ref = args.tag("tag", tag)
             first = args.optional_integer("first_line", first_line, minimum=1)
             last = args.optional_integer("last_line", last_line, minimum=1)
             words = args.optional_text("query", query, max_length=_QUERY_MAX)
+            start = args.optional_integer("offset", offset, minimum=0) or 0
             if words is not None and (first or last):
                 raise UsageError("give a line range or a query, not both")
             if first is not None and last is not None and last < first:
                 raise UsageError(f"last_line={last} is before first_line={first}")
             try:
                 lines = None if first is None and last is None else (first or 1, last)
-                return self._agent.read(ref, lines=lines, query=words)
+                return self._agent.read(ref, lines=lines, query=words, offset=start, limit=READ_CHARS)
             except LinesPastTheEnd as exc:  # say it with the arguments the model sent
                 sent = ", ".join(
                     f"{name}={value}" for name, value in (("first_line", first), ("last_line", last)) if value
@@ -207,7 +217,7 @@ class AgentTools:
                 plural = "" if exc.lines == 1 else "s"
                 raise UsageError(f"{sent} starts past the end: §{exc.tag}§ has {exc.lines:,} line{plural}") from None
 
-        arguments = {"tag": tag, "first_line": first_line, "last_line": last_line, "query": query}
+        arguments = {"tag": tag, "first_line": first_line, "last_line": last_line, "query": query, "offset": offset}
         return await self._calls.run("ctx_read", arguments, body)
 
     async def ctx_reduce(

@@ -2,8 +2,8 @@
 
 The decision state must survive a restart: an agent that forgot it had already
 reminded the model would repeat the full reminder right after coming back up. The
-state is a small pydantic model stored as JSON in its own table of the agent's SQLite
-file. Each channel has its own section of `NudgeState`; sections default, so stored
+state is a small pydantic model stored as JSON in the nudge state section of the agent's
+SQLite file (`AgentStore`, which owns the file and its one connection). Each channel has its own section of `NudgeState`; sections default, so stored
 payloads keep loading as the model grows (a payload from before Channel 2 loads with a
 fresh `Channel2State`).
 """
@@ -11,13 +11,11 @@ fresh `Channel2State`).
 from __future__ import annotations
 
 import os
-import sqlite3
-import time
-from contextlib import closing
 from typing import Literal, Protocol, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from agents.context import AgentStore
 from agents.nudges._bands import Band
 from schemas import CtxbusError
 
@@ -136,51 +134,46 @@ class MemoryNudgeStateStore:
 
 
 class SqliteNudgeStateStore:
-    """Keeps the state as JSON in the `nudge_state` table of the agent's SQLite file.
+    """Keeps the state as JSON in the nudge state section (the `nudge_state` table) of
+    the agent's SQLite file, through the file's `AgentStore` and its one connection.
 
-    Each call opens and closes its own connection, so several processes can share the
-    file. The agent calls it on its event loop, as it does its context: a load takes
-    ~0.3 ms and a save ~1 ms on our 2-core VMs, and a read-modify-write with no await
-    in between cannot interleave with another task's.
+    The agent passes the `AgentStore` its context uses, so the file has one connection;
+    given a path, the store opens its own `AgentStore` of the file, once, and `close()`
+    closes it. The agent calls it on its event loop, as it does its context: a
+    read-modify-write with no await in between cannot interleave with another task's.
+
+    :raises StoreError: from any method, naming the file, if SQLite fails.
     """
 
-    TABLE = "nudge_state"
-
-    def __init__(self, path: str | os.PathLike[str], *, scope: str = "agent") -> None:
+    def __init__(self, store: AgentStore | str | os.PathLike[str], *, scope: str = "agent") -> None:
         """
-        :param path: the agent's SQLite file; created if missing.
+        :param store: the agent's open `AgentStore` (left open), or its SQLite file
+            (created if missing; then `close()` closes it).
         :param scope: row key, for files that hold more than one agent's state.
         """
-        self._path = os.fspath(path)
+        self._owned = not isinstance(store, AgentStore)
+        self._store = store if isinstance(store, AgentStore) else AgentStore(os.fspath(store), None)
         self._scope = scope
-        with closing(sqlite3.connect(self._path)) as conn, conn:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(
-                f"CREATE TABLE IF NOT EXISTS {self.TABLE} ("
-                " scope TEXT PRIMARY KEY, body TEXT NOT NULL, updated_at REAL NOT NULL)"
-            )
 
     def __repr__(self) -> str:
-        return f"SqliteNudgeStateStore({self._path!r}, scope={self._scope!r})"
+        return f"SqliteNudgeStateStore({self._store.path!r}, scope={self._scope!r})"
 
     def load(self) -> NudgeState:
         """:raises NudgeStateCorrupt: if the stored JSON does not validate."""
-        with closing(sqlite3.connect(self._path)) as conn:
-            row = conn.execute(f"SELECT body FROM {self.TABLE} WHERE scope = ?", (self._scope,)).fetchone()
-        if row is None:
+        body = self._store.nudge_state(self._scope)
+        if body is None:
             return NudgeState()
         try:
-            return NudgeState.model_validate_json(row[0])
+            return NudgeState.model_validate_json(body)
         except ValidationError as exc:
             raise NudgeStateCorrupt(
-                f"stored nudge state for scope {self._scope!r} in {self._path!r} is invalid"
+                f"stored nudge state for scope {self._scope!r} in {self._store.path!r} is invalid"
             ) from exc
 
     def save(self, state: NudgeState) -> None:
-        with closing(sqlite3.connect(self._path)) as conn, conn:
-            conn.execute(
-                f"INSERT INTO {self.TABLE} (scope, body, updated_at) VALUES (?, ?, ?)"
-                " ON CONFLICT(scope) DO UPDATE SET"
-                " body = excluded.body, updated_at = excluded.updated_at",
-                (self._scope, state.model_dump_json(), time.time()),
-            )
+        self._store.save_nudge_state(self._scope, state.model_dump_json())
+
+    def close(self) -> None:
+        """Close the file, if this store opened it (not the agent's `AgentStore`)."""
+        if self._owned:
+            self._store.close()

@@ -21,7 +21,16 @@ import anyio
 from anyio.abc import TaskStatus
 
 from agents.brief import DEFAULT_HEARTBEAT, BriefReplica, PresenceBeacon, Proposer
-from agents.context import Composition, ContextConfig, LocalContext, SearchHit, StoreError, TailItem, Tokenizer
+from agents.context import (
+    AgentStore,
+    Composition,
+    ContextConfig,
+    LocalContext,
+    SearchHit,
+    StoreError,
+    TailItem,
+    Tokenizer,
+)
 from agents.nudges import (
     REDUCE_TOOL_NAME,
     Channel1,
@@ -124,9 +133,11 @@ class Agent:
         with contextlib.ExitStack() as undo:  # a constructor that fails leaves nothing open
             self._store_lock = _lock_store(config)
             undo.callback(self._store_lock.release)
-            self.context = LocalContext(config.store, config.domain, config=config.context, tokenizer=tokenizer)
+            self._store = AgentStore(config.store, str(config.domain))  # the file's one connection
+            undo.callback(self._store.close)
+            self.context = LocalContext(self._store, config.domain, config=config.context, tokenizer=tokenizer)
             undo.callback(self.context.close)
-            self._nudge_store = SqliteNudgeStateStore(config.store)
+            self._nudge_store = SqliteNudgeStateStore(self._store)
             usable = config.context.window - config.context.reserve_system - config.context.reserve_output
             self._walker = HygieneWalker(
                 self.context.tokenizer,
@@ -198,7 +209,10 @@ class Agent:
             self._save_brief()
         finally:
             try:
-                self.context.close()  # even when the save failed: nothing else would close it
+                try:
+                    self.context.close()  # even when the save failed: nothing else would close it
+                finally:
+                    self._store.close()
             finally:
                 self._store_lock.release()
 
@@ -320,9 +334,17 @@ class Agent:
         """The `ctx_search` tool."""
         return self.context.search(query, limit=limit)
 
-    def read(self, ref: int | str, *, lines: tuple[int, int | None] | None = None, query: str | None = None) -> str:
-        """The `ctx_read` tool."""
-        return self.context.read(ref, lines=lines, query=query)
+    def read(
+        self,
+        ref: int | str,
+        *,
+        lines: tuple[int, int | None] | None = None,
+        query: str | None = None,
+        offset: int = 0,
+        limit: int | None = None,
+    ) -> str:
+        """The `ctx_read` tool (see `LocalContext.read`)."""
+        return self.context.read(ref, lines=lines, query=query, offset=offset, limit=limit)
 
     # -- shared brief --------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from contextlib import closing
 from pathlib import Path
 
-from agents.context import ContextConfig, LayerView, LocalContext, StoreError
+from agents.context import ContextConfig, LayerView, LocalContext, StoreError, check_store_file, store_error
 from bus import BriefState
 from schemas import BriefSnapshot, Domain, WireError, render_brief
 
@@ -118,22 +118,28 @@ def inspect_store(path: Path | str, domain: Domain | str) -> tuple[LayerView, ..
     file is never written to and a busy agent is never blocked. Drops that ctx_reduce
     queued are applied first, as `Agent.compose` does.
 
-    :raises StoreError: if there is no store at `path`, or its saved settings are unusable.
+    :raises StoreError: naming `path` and what to do, if there is no store at `path`, it
+        is empty, damaged or not a store, or its saved settings are unusable.
     """
     path = Path(path)
-    if not path.is_file():
+    if not path.is_file() or not check_store_file(path):
         raise StoreError(f"no agent store at {path}")
     with tempfile.TemporaryDirectory(prefix="ctxbus-inspect-") as tmp:
         copy = Path(tmp) / path.name
         try:
-            with closing(sqlite3.connect(path)) as source, closing(sqlite3.connect(copy)) as target:
-                source.backup(target)
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"cannot read agent store {path}: {exc}") from exc
-        with LocalContext(copy, domain) as probe:
-            config = load_config(probe, source=path)
-        with LocalContext(copy, domain, config=config) as context:
-            apply_queued_drops(context, load_queued_drops(context))
-            saved = load_brief(context)
-            brief = render_brief(saved.brief) if saved else None
-            return context.compose("", brief=brief).layers
+            try:
+                with closing(sqlite3.connect(path)) as source, closing(sqlite3.connect(copy)) as target:
+                    source.backup(target)
+            except sqlite3.Error as exc:
+                raise store_error(path, "read", exc) from exc
+            with LocalContext(copy, domain) as probe:
+                config = load_config(probe, source=path)
+            with LocalContext(copy, domain, config=config) as context:
+                apply_queued_drops(context, load_queued_drops(context))
+                saved = load_brief(context)
+                brief = render_brief(saved.brief) if saved else None
+                return context.compose("", brief=brief).layers
+        except StoreError as exc:  # about the copy: name the file the user gave
+            if str(copy) not in str(exc):
+                raise
+            raise StoreError(str(exc).replace(str(copy), str(path))) from exc.__cause__

@@ -22,6 +22,7 @@ from coordinator.cli._common import (
     NatsOption,
     bus_config,
     console,
+    log_config_of,
     parse_agent_name,
     print_json,
     verifier_of,
@@ -62,7 +63,7 @@ async def _show(urls: str, domain: Domain, as_json: bool) -> None:
     bus = bus_config(urls)
     client = await connect(bus)
     try:
-        state = await BriefLog(client, verifier=verifier_of(bus)).load(domain)
+        state = await BriefLog(client, verifier=verifier_of(bus), txlog=log_config_of(bus)).load(domain)
     finally:
         await close_quietly(client)
     if as_json:
@@ -185,7 +186,7 @@ def log_command(
 async def _log(urls: str, domain: Domain, follow: bool, as_json: bool) -> None:
     bus = bus_config(urls)
     client = await connect(bus)
-    brief_log = BriefLog(client, verifier=verifier_of(bus))
+    brief_log = BriefLog(client, verifier=verifier_of(bus), txlog=log_config_of(bus))
     tx = subject(domain, Verb.TX)
     entries = brief_log.txlog.follow(tx) if follow else brief_log.txlog.read(tx)
     table = _log_table()

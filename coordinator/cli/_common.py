@@ -17,7 +17,7 @@ from coordinator._config import DEFAULT_BRIEF_BUDGET, CoordinatorConfig
 from schemas import Domain, InvalidDomain, describe_validation_error, validate_token
 
 if TYPE_CHECKING:
-    from bus import BusConfig, Credentials, Verifier
+    from bus import BusConfig, Credentials, TxLogConfig, Verifier
 
 # What only some commands use is imported where it is used: a command imports only
 # what it needs (`bench/cli.py`).
@@ -153,6 +153,14 @@ def verifier_of(config: BusConfig) -> Verifier | None:
     if config.credentials is None or not config.credentials.trusted_signers:
         return None
     return Verifier(config.credentials.trusted_signers)
+
+
+def log_config_of(config: BusConfig) -> TxLogConfig:
+    """How a command connected as a principal reads the log: an agent's credentials
+    may not create consumers, so it reads with direct gets only."""
+    from bus import Role, TxLogConfig
+
+    return TxLogConfig(consumers=config.credentials is None or config.credentials.role is not Role.AGENT)
 
 
 def print_json(value: object) -> None:

@@ -317,6 +317,13 @@ async def _run(local: Local, config: CoordinatorConfig | None, metrics_port: int
 
 
 def _announce(local: Local, config: CoordinatorConfig | None) -> None:
+    if _auth_of(local) is None:  # without --auth, only loopback is allowed (see `nats`)
+        host = local.host if isinstance(local, EmbeddedServer) else LOOPBACK
+        errors.print(
+            f"auth is off: NATS listens on {escape(host)} only and admits anyone who connects there; "
+            "for tenants and roles, start with --auth DIR (`ctxbus auth init`)",
+            soft_wrap=True,
+        )
     if isinstance(local, EmbeddedServer):
         console.print(f"NATS ready at [bold]{escape(local.url)}[/]")
         console.print(f"data dir: {escape(str(local.data_dir))}")

@@ -4,6 +4,7 @@ configuration."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -14,11 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
+import anyio.abc
 import nats
 import pytest
 from nats.aio.client import Client
 
-from agents.brief import BriefReplica, PresenceBeacon, Proposer
+from agents.brief import BriefReplica, PresenceBeacon, Proposer, read_presence
 from bus import (
     AuthStore,
     BriefLog,
@@ -30,7 +32,10 @@ from bus import (
     Leases,
     Role,
     ServerError,
+    Signer,
+    TxLogConfig,
     Verb,
+    Verifier,
     close_quietly,
     connect,
     kv_key,
@@ -181,13 +186,21 @@ async def tenancy(tmp_path: Path) -> AsyncIterator[_Tenancy]:
     for name, role in (("a1", Role.AGENT), ("a2", Role.AGENT), ("ops", Role.OPERATOR)):
         store.add_principal("acme", name, role)
     store.add_principal("bolt", "b1", Role.AGENT)
+    store.add_principal("bolt", "ops", Role.OPERATOR)
     async with EmbeddedServer(tmp_path / "nats", auth=store) as server:
         tenancy = _Tenancy(store, server.url)
         coordinators = [await connect(tenancy.config(t, "c1")) for t in ("acme", "bolt")]
         try:
             async with anyio.create_task_group() as tg:
                 for tenant, client in zip(("acme", "bolt"), coordinators, strict=True):
-                    await tg.start(Coordinator(client, CoordinatorConfig(coordinator_id=f"{tenant}-c1")).run)
+                    creds = store.credentials(tenant, "c1")
+                    assert creds.signing_seed is not None
+                    config = CoordinatorConfig(
+                        coordinator_id=f"{tenant}-c1",
+                        signer=Signer(creds.signing_seed),
+                        verifier=Verifier(creds.trusted_signers),
+                    )
+                    await tg.start(Coordinator(client, config).run)
                 yield tenancy
                 tg.cancel_scope.cancel()
         finally:
@@ -205,6 +218,18 @@ async def _settled(tenancy: _Tenancy, domain: Domain, tenant: str) -> BriefState
     """The domain's brief as its coordinator would load it, read with its credentials."""
     client = await _agent(tenancy, tenant, "c1")
     return await BriefLog(client).load(domain)
+
+
+async def _following(
+    a1: Client, tg: anyio.abc.TaskGroup, verifier: Verifier | None = None
+) -> tuple[BriefReplica, Proposer]:
+    """a1's replica of acme's brief, running, and its proposer, with one note committed."""
+    replica = BriefReplica(a1, ACME, verifier=verifier)
+    await tg.start(replica.run)
+    honest = Proposer(a1, ACME, agent_id="a1", verifier=verifier)
+    assert await honest.propose(AddNote(text="before"), deadline=10) == Committed(revision=1)
+    await replica.wait_for(1, timeout=10)
+    return replica, honest
 
 
 async def test_the_roles_that_work_do_their_work(tenancy: _Tenancy) -> None:
@@ -229,6 +254,13 @@ async def test_the_roles_that_work_do_their_work(tenancy: _Tenancy) -> None:
         await tg.start(beacon.run)
         ops = await _agent(tenancy, "acme", "ops")
         assert (await BriefLog(ops).load(ACME)).brief.revision == 1
+        following = BriefLog(ops).txlog.follow(subject(ACME, Verb.TX))  # `ctxbus log --follow`
+        async with contextlib.aclosing(following):
+            with anyio.fail_after(10):
+                assert (await anext(following)).seq >= 1
+        with anyio.fail_after(10):
+            while [p.agent for p in await read_presence(ops, ACME)] != ["a1"]:
+                await anyio.sleep(0.05)
         tg.cancel_scope.cancel()
     assert [n.text for n in (await _settled(tenancy, BOLT, "bolt")).brief.notes] == ["bolt's"]
 
@@ -236,11 +268,7 @@ async def test_the_roles_that_work_do_their_work(tenancy: _Tenancy) -> None:
 async def test_every_attack_is_refused_by_the_server_and_nothing_changes(tenancy: _Tenancy) -> None:
     a1 = await _agent(tenancy, "acme", "a1")
     async with anyio.create_task_group() as tg:
-        replica = BriefReplica(a1, ACME)
-        await tg.start(replica.run)
-        honest = Proposer(a1, ACME, agent_id="a1")
-        assert await honest.propose(AddNote(text="before"), deadline=10) == Committed(revision=1)
-        await replica.wait_for(1, timeout=10)
+        replica, honest = await _following(a1, tg)
         before = (await _settled(tenancy, ACME, "acme")).brief
 
         mallory = await tenancy.raw("acme", "a2")
@@ -280,7 +308,9 @@ async def test_every_attack_is_refused_by_the_server_and_nothing_changes(tenancy
         # agent reads its own account's (acme's entries are not there).
         bolt = await _agent(tenancy, "bolt", "b1")
         assert (await BriefLog(bolt).load(ACME)).brief.revision == 0
-        assert await Leases(bolt)._bucket.get(kv_key(ACME, "a1", "cycle-1")) is None
+        bolt_leases = Leases(bolt)
+        await bolt_leases.ensure()
+        assert await bolt_leases.read(kv_key(ACME, "a1", "cycle-1")) is None
 
         # Unaffected: the coordinator commits on, every reader agrees.
         assert await honest.propose(AddNote(text="after"), deadline=10) == Committed(revision=2)
@@ -288,6 +318,102 @@ async def test_every_attack_is_refused_by_the_server_and_nothing_changes(tenancy
         settled = await _settled(tenancy, ACME, "acme")
         assert replica.hash == brief_hash(settled.brief)
         assert [n.text for n in settled.brief.notes] == ["before", "after"]
+        tg.cancel_scope.cancel()
+
+
+async def test_an_agent_can_neither_create_nor_delete_a_consumer_on_the_log(tenancy: _Tenancy) -> None:
+    """A push consumer delivers wherever its creator says, and no permission can restrict
+    that: so an agent may create none (it reads the log with direct gets), in any of the
+    forms the JetStream API has, nor delete one."""
+    a1 = await _agent(tenancy, "acme", "a1")
+    coordinator = await _agent(tenancy, "acme", "c1")
+    trap = "_INBOX.acme.a1.trap"  # a1's own inbox: mallory wants log entries delivered there
+    delivered: list[str] = []
+
+    async def heard(msg: nats.aio.msg.Msg) -> None:
+        delivered.append(msg.subject)
+
+    await a1.subscribe(trap, cb=heard)
+    async with anyio.create_task_group() as tg:
+        replica, honest = await _following(a1, tg)
+        kept = await coordinator.jetstream().add_consumer("CTXBUS_TX", durable_name="kept", ack_policy="none")
+
+        def create(deliver_to: str, **config: object) -> bytes:
+            body = {"deliver_subject": deliver_to, "deliver_policy": "all", "ack_policy": "none", **config}
+            return json.dumps({"stream_name": "CTXBUS_TX", "config": body}).encode()
+
+        propose = subject(ACME, Verb.PROPOSE)
+        rows = {
+            "into the proposal queue": ("$JS.API.CONSUMER.CREATE.CTXBUS_TX", create(propose)),
+            "into another's inbox": ("$JS.API.CONSUMER.CREATE.CTXBUS_TX", create(trap)),
+            "named, into another's inbox": ("$JS.API.CONSUMER.CREATE.CTXBUS_TX.evil", create(trap, name="evil")),
+            "named and filtered": (
+                f"$JS.API.CONSUMER.CREATE.CTXBUS_TX.evil.{subject(ACME, Verb.TX)}",
+                create(propose, name="evil", filter_subject=subject(ACME, Verb.TX)),
+            ),
+            "durable": ("$JS.API.CONSUMER.DURABLE.CREATE.CTXBUS_TX.evil", create(trap, durable_name="evil")),
+            "delete": ("$JS.API.CONSUMER.DELETE.CTXBUS_TX.kept", b""),
+        }
+        refused = {}
+        for row, (api, body) in rows.items():
+            mallory = await tenancy.raw("acme", "a2")  # one each, so every refusal is its row's
+            await mallory.client.publish(api, body, reply=mallory.client.new_inbox())
+            await mallory.client.flush()
+            refused[row] = await mallory.refused(api)
+        assert refused == dict.fromkeys(rows, True), refused
+
+        consumers = await coordinator.jetstream().consumers_info("CTXBUS_TX")
+        assert kept.name in {c.name for c in consumers}, "the consumer is still there"
+        assert {c.config.deliver_subject for c in consumers} & {propose, trap} == set()
+        assert await honest.propose(AddNote(text="after"), deadline=10) == Committed(revision=2)
+        await replica.wait_for(2, timeout=10)  # the agent follows the log without a consumer
+        assert delivered == [], "nothing reached a1's inbox"
+        tg.cancel_scope.cancel()
+
+
+async def test_another_tenants_presence_cannot_be_read(tenancy: _Tenancy) -> None:
+    a1 = await _agent(tenancy, "acme", "a1")
+    async with anyio.create_task_group() as tg:
+        await tg.start(PresenceBeacon(a1, ACME, "a1", lambda: Presence(agent="a1")).run)
+        acme_ops = await _agent(tenancy, "acme", "ops")
+        with anyio.fail_after(10):
+            while [p.agent for p in await read_presence(acme_ops, ACME)] != ["a1"]:
+                await anyio.sleep(0.05)
+        # bolt's operator reads presence, but only its own account's: acme's is not there.
+        bolt_ops = await _agent(tenancy, "bolt", "ops")
+        assert await read_presence(bolt_ops, ACME) == []
+        # An agent reads no presence at all, its own tenant's or another's.
+        b1 = await tenancy.raw("bolt", "b1")
+        api = "$JS.API.DIRECT.GET.KV_ctxbus_presence"
+        await b1.client.publish(api, b'{"last_by_subj": "$KV.ctxbus_presence.acme.s1.t1.a1"}', reply="_INBOX.bolt.b1.x")
+        await b1.client.flush()
+        assert await b1.refused(api)
+        tg.cancel_scope.cancel()
+
+
+async def test_an_entry_signed_by_a_key_the_tenant_does_not_trust_is_skipped(tenancy: _Tenancy) -> None:
+    """A coordinator's credentials misused with another key (bolt's, here): the entry is
+    in acme's log, and every acme reader that checks signatures skips it."""
+    a1 = await _agent(tenancy, "acme", "a1")
+    trusted = Verifier(tenancy.store.credentials("acme", "a1").trusted_signers)
+    async with anyio.create_task_group() as tg:
+        replica, honest = await _following(a1, tg, verifier=trusted)
+
+        bolts_key = tenancy.store.credentials("bolt", "c1").signing_seed
+        assert bolts_key is not None
+        misused = await _agent(tenancy, "acme", "c1")
+        proposal = Proposal(
+            domain=ACME, author="mallory", op=AddNote(text="forged"), key="f", deadline=time.time() + 60
+        )
+        commit = Commit.of(proposal, revision=2, ts=time.time(), committed_by="acme-c1")
+        await BriefLog(misused, signer=Signer(bolts_key)).append(replica.state, [commit], sender="acme-c1")
+
+        assert await honest.propose(AddNote(text="after"), deadline=10) == Committed(revision=2)
+        await replica.wait_for(2, timeout=10)
+        assert [n.text for n in replica.brief.notes] == ["before", "after"]
+        assert replica.refused_entries == 1
+        joined = await BriefLog(a1, verifier=trusted, txlog=TxLogConfig(consumers=False)).load(ACME)
+        assert brief_hash(joined.brief) == replica.hash
         tg.cancel_scope.cancel()
 
 

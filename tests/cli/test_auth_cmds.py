@@ -65,6 +65,7 @@ def test_a_tenant_and_its_agents_on_an_up_with_auth(tmp_path: Path) -> None:
         up.proc.send_signal(signal.SIGINT)
         _, err = up.finish()
         assert up.proc.returncode == 0, err
+        assert "auth is off" not in err
         assert up.orphans() == []
 
 

@@ -43,6 +43,7 @@ def up(tmp_path: Path) -> Iterator[dict[str, str]]:
         out, err = cli.finish()
         assert cli.proc.returncode == 0, err
         assert "data kept" in out
+        assert "auth is off: NATS listens on 127.0.0.1 only and admits anyone who connects there" in err
         assert cli.orphans() == [], "nats-server outlived `ctxbus up`"
 
 

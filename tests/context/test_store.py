@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from agents.context import DomainMismatch, LocalContext, ModeDescriptor, StoreError, Tokenizer, UnknownMode
-from agents.context._store import Store
+from agents.context._store import AgentStore
 from tests.context.conftest import MakeContext
 
 
@@ -58,7 +58,7 @@ def test_store_is_wal_and_bound_to_its_domain(make_ctx: MakeContext, tmp_path: P
     with pytest.raises(DomainMismatch):
         ctx.load_domain("alice/s1/t2")
     assert [m.content for m in ctx.load_domain("alice/s1/t1")] == ["secret plan for alice"]
-    store = Store(tmp_path / "b.db", "alice/s1/t1")
+    store = AgentStore(tmp_path / "b.db", "alice/s1/t1")
     with pytest.raises(DomainMismatch):
         store.load_entries("mallory/x/y")
     store.close()

@@ -21,6 +21,7 @@ import pytest
 from mcp import Client
 from mcp.types import CallToolResult, TextContent
 
+from agents.context import LocalContext
 from agents.mcp import McpHost, ToolCalls, build_server, host_context
 from agents.runtime import Agent, AgentConfig
 from bus import NatsClient
@@ -181,3 +182,47 @@ async def test_a_crashing_tool_is_recorded_as_an_internal_error_and_the_server_g
         # The server goes on, tags go on after the recorded pair, and the error reads back.
         back = await mcp.call_tool("ctx_read", {"tag": call_tag + 1})
         assert not back.is_error and split(back) == (call_tag + 3, "error: internal error")
+
+
+def _long_line(chars: int) -> str:
+    """One line of `chars` characters, different all along, so any slice tells where it is from."""
+    words, size, i = [], 0, 0
+    while size < chars:
+        words.append(f"w{i}")
+        size += len(words[-1]) + 1
+        i += 1
+    return " ".join(words)[:chars]
+
+
+async def test_a_10_mb_line_is_read_in_pages(client: NatsClient, tmp_path: Path) -> None:
+    line = _long_line(10_000_000)
+    async with connected(client, tmp_path / "a.db") as (mcp, agent):
+        tag = agent.context.add("tool", line, tool_name="bash", call_id="big")
+        first = await mcp.call_tool("ctx_read", {"tag": tag})
+        assert not first.is_error
+        body = split(first)[1]
+        piece, _, trailer = body.rpartition("\n")
+        assert len(body) < 20_200, "a page, not the whole line"
+        assert piece == line[:20_000]
+        assert trailer == f"[§{tag}§: characters 0-20,000 of 10,000,000; read on with offset=20000]"
+        second = split(await mcp.call_tool("ctx_read", {"tag": tag, "offset": 20_000}))[1]
+        assert second.rpartition("\n")[0] == line[20_000:40_000]
+        last = split(await mcp.call_tool("ctx_read", {"tag": tag, "offset": 9_990_000}))[1]
+        assert last == line[9_990_000:] + f"\n[§{tag}§: characters 9,990,000-10,000,000 of 10,000,000; the end]"
+        _, past = tagged_error(await mcp.call_tool("ctx_read", {"tag": tag, "offset": 10_000_000}))
+        assert past == f"offset 10,000,000 is past the end: this read of §{tag}§ is 10,000,000 characters"
+        # A line range pages the same way, by characters of its numbered answer.
+        numbered = split(await mcp.call_tool("ctx_read", {"tag": tag, "first_line": 1, "last_line": 1}))[1]
+        assert numbered.startswith("1: w0 w1 ") and len(numbered) < 20_200
+
+    # Every page, read on from the offset each one names, gives back the line whole.
+    with LocalContext(tmp_path / "a.db", agent.domain) as context:
+        pages, offset = [], 0
+        while True:
+            answer = context.read(tag, offset=offset, limit=1_000_000)
+            piece, _, trailer = answer.rpartition("\n")
+            pages.append(piece)
+            if trailer.endswith("the end]"):
+                break
+            offset = int(trailer.rsplit("offset=", 1)[1].rstrip("]"))
+        assert "".join(pages) == line and len(pages) == 10

@@ -234,6 +234,17 @@ async def test_context_and_nudge_state_stay_on_the_event_loop_thread(
     nudge state can interleave with one on the loop; so neither ever leaves the loop."""
     client, tg = bus
     agent = agents.open(client, _config(Domain.parse(f"rt/s5/{uuid.uuid4().hex[:8]}"), tmp_path))
+    delivered = await _work_until_channel2(agent, tg)
+    agents.close(agent)  # closing stays on the loop's thread too
+    assert delivered, "the run must reach Channel 2, whose host writes to the context"
+    assert {"LocalContext.add", "SqliteNudgeStateStore.save"} <= threads_used.keys()
+    loop = threading.get_ident()
+    assert sorted(name for name, threads in threads_used.items() if threads != {loop}) == []
+
+
+async def _work_until_channel2(agent: Agent, tg: TaskGroup) -> bool:
+    """Run `agent` through 40 tool calls, a ctx_reduce and a compose; whether Channel 2
+    delivered its directive meanwhile."""
     await tg.start(agent.run)
     agent.user("Fix the failing handler tests.")
     delivered = False
@@ -243,11 +254,42 @@ async def test_context_and_nudge_state_stay_on_the_event_loop_thread(
         delivered |= outcome.delivery is not None and outcome.delivery.done
     agent.ctx_reduce("3")
     agent.compose("go on")
-    agents.close(agent)  # closing stays on the loop's thread too
-    assert delivered, "the run must reach Channel 2, whose host writes to the context"
-    assert {"LocalContext.add", "SqliteNudgeStateStore.save"} <= threads_used.keys()
-    loop = threading.get_ident()
-    assert sorted(name for name, threads in threads_used.items() if threads != {loop}) == []
+    return delivered
+
+
+_CONNECTS: list[str] | None = None
+"""While a test records: the file of every `sqlite3.connect` the process makes."""
+
+
+def _record_connects(event: str, args: tuple[Any, ...]) -> None:
+    if event == "sqlite3.connect" and _CONNECTS is not None:
+        _CONNECTS.append(str(args[0]))
+
+
+sys.addaudithook(_record_connects)  # audit hooks stay for the process; it records only when asked
+
+
+async def test_the_agent_file_has_one_connection_for_context_and_nudge_state(
+    bus: tuple[NatsClient, TaskGroup], agents: Agents, tmp_path: Path
+) -> None:
+    """The context, the runtime state and the nudge state (Channel 1 and 2) go through
+    the one `AgentStore` the agent opened: no tool call, reminder or delivery opens the
+    file again."""
+    global _CONNECTS
+    client, tg = bus
+    config = _config(Domain.parse(f"rt/s6/{uuid.uuid4().hex[:8]}"), tmp_path)
+    _CONNECTS = []
+    try:
+        agent = agents.open(client, config)
+        opened, _CONNECTS[:] = list(_CONNECTS), []
+        delivered = await _work_until_channel2(agent, tg)
+        agents.close(agent)
+        after = list(_CONNECTS)
+    finally:
+        _CONNECTS = None
+    assert delivered, "the run must reach Channel 2, which saves its state and writes the context"
+    assert opened.count(str(config.store)) == 1, opened
+    assert after == [], "nothing opened the file again"
 
 
 async def test_one_process_per_agent_store(nats_client: NatsClient, agents: Agents, tmp_path: Path) -> None:

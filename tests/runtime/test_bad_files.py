@@ -14,7 +14,7 @@ from schemas import Domain, UsageError
 def test_inspecting_a_file_that_is_not_a_store_is_a_store_error(tmp_path: Path) -> None:
     not_sqlite = tmp_path / "notes.txt"
     not_sqlite.write_text("root:x:0:0:root:/root:/bin/bash\n" * 50)
-    with pytest.raises(StoreError, match=f"cannot read agent store {not_sqlite}"):
+    with pytest.raises(StoreError, match=f"context store '{not_sqlite}' is not a SQLite database"):
         inspect_store(not_sqlite, Domain.parse("a/b/c"))
 
 
