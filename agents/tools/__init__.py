@@ -3,7 +3,7 @@
 server (`agents.mcp`) and the agent loop (`agents.loop`). No front's SDK is imported here.
 """
 
-from agents.tools._args import AS_SENT, BadArgument
+from agents.tools._args import AS_SENT, BadArgument, shown
 from agents.tools._builtin import BUILTIN_TOOLS, PROPOSE_DEADLINE, TAIL_SHOWN, BuiltinTools, ToolFailure
 from agents.tools._ops import BadOp, op_menu, parse_op
 
@@ -18,4 +18,5 @@ __all__ = [
     "ToolFailure",
     "op_menu",
     "parse_op",
+    "shown",
 ]
