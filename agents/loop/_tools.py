@@ -1,9 +1,9 @@
 """The tools a loop offers its model: each a typed Python function, declared by its signature.
 
-A tool's JSON schema comes from its signature through pydantic (`TypeAdapter` of the
-function), its description from its docstring, each parameter's from its `Field`. A call
-is validated the same way (`validate_call`) before the function runs, so whatever the
-model sends, the function only ever sees arguments of the types it declares. Whatever
+A tool's JSON schema comes from its signature through pydantic (a model of its
+parameters, `Annotated` metadata and `Field`s included), its description from its
+docstring. A call is validated by the same model before the function runs, so whatever
+the model sends, the function only ever sees arguments of the types it declares. Whatever
 goes wrong with a call (arguments that are not JSON, a missing or mistyped argument, an
 unknown tool, a tool that raises) becomes the call's result, one sentence saying what
 was wrong: the model reads it and the loop goes on.
@@ -14,12 +14,11 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, cast
+from typing import Any, Final
 
-from pydantic import TypeAdapter, ValidationError, validate_call
-from pydantic.fields import FieldInfo
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from agents.tools import BuiltinTools, shown
 from schemas import CtxbusError, UsageError, describe_validation_error
@@ -48,8 +47,9 @@ class Tool:
     parameters: dict[str, Any]
     """The JSON schema of the arguments object."""
     function: Callable[..., Any]
-    """Takes the arguments as keywords, checked against their types; returns the text
-    (or awaits it)."""
+    """Takes the arguments as keywords; returns the text (or awaits it)."""
+    arguments: type[BaseModel]
+    """The arguments, checked against the parameters' types before the function runs."""
 
     def to_openai(self) -> dict[str, Any]:
         """The `tools` entry of a Chat Completions request."""
@@ -87,11 +87,13 @@ class Toolbox:
             raise ToolError(f"tool name {name!r} must be 1 to 64 of the characters a-z A-Z 0-9 _ -")
         if name in self._tools:
             raise ToolError(f"there is a tool named {name!r} already")
+        model = _arguments_model(name, function)
         tool = Tool(
             name=name,
             description=description or inspect.getdoc(function) or name,
-            parameters=_parameters(function),
-            function=validate_call(function),
+            parameters=_schema(model),
+            function=function,
+            arguments=model,
         )
         self._tools[name] = tool
         return tool
@@ -121,7 +123,8 @@ class Toolbox:
         if not isinstance(parsed, Mapping):
             return f"error: the arguments of {name} must be a JSON object, got {shown(parsed)}", True
         try:
-            result = tool.function(**parsed)
+            checked = tool.arguments.model_validate(dict(parsed))
+            result = tool.function(**{field: getattr(checked, field) for field in type(checked).model_fields})
             if inspect.isawaitable(result):
                 result = await result
         except ValidationError as exc:
@@ -134,21 +137,32 @@ class Toolbox:
         return str(result), False
 
 
-def _parameters(function: Callable[..., Awaitable[Any]] | Callable[..., Any]) -> dict[str, Any]:
-    """The JSON schema of `function`'s arguments, each parameter with its `Field`'s description.
+def _arguments_model(name: str, function: Callable[..., Any]) -> type[BaseModel]:
+    """A pydantic model of `function`'s parameters (annotations evaluated where the
+    function was written), refusing arguments it does not declare.
 
-    :raises ToolError: if pydantic cannot make a schema of the signature.
+    :raises ToolError: for `*args`/`**kwargs`, or a signature pydantic cannot model.
     """
     try:
-        schema = TypeAdapter[Any](cast(Any, function)).json_schema()
+        signature = inspect.signature(function, eval_str=True)
+    except (NameError, TypeError, ValueError) as exc:
+        raise ToolError(f"cannot read the signature of tool {name!r}: {exc}") from exc
+    fields: dict[str, Any] = {}
+    for parameter in signature.parameters.values():
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            raise ToolError(f"tool {name!r} takes *{parameter.name}: a tool's parameters must each be named")
+        annotation = Any if parameter.annotation is parameter.empty else parameter.annotation
+        fields[parameter.name] = (annotation, ... if parameter.default is parameter.empty else parameter.default)
+    try:
+        return create_model(f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
     except Exception as exc:  # pydantic's schema errors have no common base
-        raise ToolError(f"cannot make a JSON schema of {function!r}'s parameters: {exc}") from exc
-    properties = schema.setdefault("properties", {})
-    for name, parameter in inspect.signature(function, eval_str=True).parameters.items():
-        described = [m for m in getattr(parameter.annotation, "__metadata__", ()) if isinstance(m, FieldInfo)]
-        if name in properties and described and described[-1].description:
-            properties[name].setdefault("description", described[-1].description)
-        if name in properties:
-            properties[name].pop("title", None)
+        raise ToolError(f"cannot make a schema of tool {name!r}'s parameters: {exc}") from exc
+
+
+def _schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The JSON schema of the arguments, without pydantic's titles."""
+    schema = model.model_json_schema()
     schema.pop("title", None)
+    for prop in schema.get("properties", {}).values():
+        prop.pop("title", None)
     return schema
