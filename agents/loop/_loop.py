@@ -119,6 +119,8 @@ class Turn:
     """Channel 1 reminders shown in this turn's results."""
     delivered: int
     """Channel 2 messages delivered during this turn."""
+    failures: tuple[str, ...] = ()
+    """Each failed call of the turn: its tool's name and the start of its result."""
 
 
 class AgentLoop:
@@ -184,11 +186,14 @@ class AgentLoop:
         record = self._count(composition.report.total, usage, calls)
         self._save()
         reminders = delivered = 0
+        failures: list[str] = []
         for call in calls:
             text, failed = await self.tools.call(call.name, call.arguments)
             outcome = await agent.tool_result(call.name, text, call_id=call.id)
-            record.failed_calls += failed
-            stats.failed_calls += failed
+            if failed:
+                record.failed_calls += 1
+                stats.failed_calls += 1
+                failures.append(f"{call.name}: {text.splitlines()[0][:200] if text else ''}")
             stats.reduces += call.name == REDUCE_TOOL_NAME and not failed
             if REMINDER_OPEN.strip() in outcome.text[len(text) :]:
                 reminders += 1
@@ -204,7 +209,9 @@ class AgentLoop:
         agent.context.flush()
         self._save()
         if self._on_turn is not None:
-            self._on_turn(Turn(record=record, stats=stats, reminders=reminders, delivered=delivered))
+            self._on_turn(
+                Turn(record=record, stats=stats, reminders=reminders, delivered=delivered, failures=tuple(failures))
+            )
         return not calls
 
     def _count(self, composed: int, usage: TurnUsage, calls: list[ToolCall]) -> TurnRecord:

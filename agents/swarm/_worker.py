@@ -19,22 +19,19 @@ from typing import Final
 import anyio
 
 from agents.context import ContextConfig
-from agents.nudges import Channel2Lease, Channel2LeaseConfig, DirectiveState
+from agents.nudges import Channel2LeaseConfig
 from agents.runtime import Agent, AgentConfig
 from agents.swarm._constraints import missing_from_brief, missing_from_pinned
 from agents.swarm._model import ScriptedModel
+from agents.swarm._reporting import channel2_cycles, emit, report_request
 from agents.swarm._scenario import CONSTRAINTS, agent_name, step, user_constraints
 from bus import BusConfig, Credentials, Leases, close_quietly, connect, run_async
 from schemas import (
     AgentResult,
-    Channel2Cycle,
     Domain,
-    Event,
-    EventAdapter,
     Finished,
     Note,
     Progress,
-    ReportRequest,
     Tally,
 )
 
@@ -48,7 +45,6 @@ tokens) are archived, everything else (~3k) stays inline until dropped."""
 CLAIM_TTL: Final = 2.0
 """Channel 2 claim TTL: a claim left by the killed agent frees its cycle quickly."""
 HEARTBEAT: Final = 0.5
-REPORT_WAIT: Final = 30.0
 _TALLY_KEY: Final = "swarm:tally"
 
 
@@ -70,11 +66,6 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--store", required=True, type=Path, help="the agent's SQLite file")
     parser.add_argument("--credentials", type=Path, help="the agent's credentials, on a server with auth")
     return parser
-
-
-def _emit(event: Event) -> None:
-    sys.stdout.write(EventAdapter.dump_json(event).decode() + "\n")
-    sys.stdout.flush()
 
 
 async def _run(args: argparse.Namespace) -> int:
@@ -112,7 +103,7 @@ async def _play(agent: Agent, args: argparse.Namespace, leases: Leases, *, saved
     _save_tally(agent, tally)
 
     def say(n: int, text: str) -> None:
-        _emit(Note(agent=agent.id, step=n + 1, text=text))
+        emit(Note(agent=agent.id, step=n + 1, text=text))
 
     if tally.resumed_from is not None:
         say(tally.step - 1, f"restarted (pid {os.getpid()}): resumed at step {tally.step} from its store, "
@@ -126,7 +117,7 @@ async def _play(agent: Agent, args: argparse.Namespace, leases: Leases, *, saved
         tally.step = n + 1
         _save_tally(agent, tally)
         messages = agent.context.messages()
-        _emit(
+        emit(
             Progress(
                 agent=agent.id,
                 pid=os.getpid(),
@@ -143,14 +134,10 @@ async def _play(agent: Agent, args: argparse.Namespace, leases: Leases, *, saved
             )
         )
         await anyio.sleep(args.step_delay)
-    _emit(Finished(agent=agent.id))
-    line = await anyio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
-    if not line:
-        log.error("the swarm runner went away before asking for a report")
+    emit(Finished(agent=agent.id))
+    if not await report_request(agent):
         return 3
-    request = ReportRequest.model_validate_json(line)
-    await agent.replica.wait_for(request.revision, timeout=REPORT_WAIT)
-    _emit(await _result(agent, tally, leases, own=user_constraints(args.index, args.steps)))
+    emit(await _result(agent, tally, leases, own=user_constraints(args.index, args.steps)))
     return 0
 
 
@@ -162,13 +149,7 @@ async def _result(agent: Agent, tally: Tally, leases: Leases, *, own: Sequence[s
     """
     composition = agent.compose()
     messages = agent.context.messages()
-    lease = Channel2Lease(leases, agent.host, domain=agent.domain, agent_id=agent.id)
-    cycles = []
-    for cycle in range(agent.channel2.state.cycle + 1):
-        view = await lease.inspect(cycle)
-        in_host = await agent.host.already_delivered(lease.directive_id(cycle))
-        if view.state is not DirectiveState.ABSENT or in_host:
-            cycles.append(Channel2Cycle(cycle=cycle, lease=str(view.state), in_host=in_host))
+    cycles = await channel2_cycles(agent, leases)
     return AgentResult(
         agent=agent.id,
         tally=tally,
