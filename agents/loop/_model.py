@@ -167,7 +167,14 @@ class ModelClient:
         return f"<ModelClient {self.model} at {self.base_url}>"
 
     async def close(self) -> None:
+        """Close the connections to the endpoint."""
         await self._client.close()
+
+    async def __aenter__(self) -> ModelClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
     async def complete(
         self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()

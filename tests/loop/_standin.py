@@ -58,7 +58,7 @@ from agents.swarm._scenario import Propose, agent_name, step
 from schemas import TaskBrief
 from tests._providers import Refused, SdkTypes, check_openai
 
-__all__ = ["BadCall", "Hold", "Status", "StandIn", "corpus_path", "write_corpus"]
+__all__ = ["BadCall", "Hold", "Pass", "Status", "StandIn", "corpus_path", "write_corpus"]
 
 MODEL: Final = "standin-1"
 _REMINDER: Final = "<system-reminder>"
@@ -69,6 +69,8 @@ _PER_MESSAGE: Final = 4
 _TOOL_SCHEMA: TypeAdapter[Any] = TypeAdapter(ChatCompletionToolParam)
 _POLL: Final = 0.2
 """Seconds the 'model' thinks before asking for the brief again."""
+_POLLS: Final = 100
+"""Times it asks before giving the intent up (the demo waits 20 s)."""
 
 
 def corpus_path(agent: str, number: int) -> str:
@@ -88,6 +90,11 @@ def write_corpus(workdir: Path, *, agents: int, steps: int) -> None:
 
 
 # -- faults ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pass:
+    """Answer the next request as usual (to place a later fault)."""
 
 
 @dataclass(frozen=True)
@@ -114,7 +121,7 @@ class BadCall:
     arguments: str
 
 
-Fault = Status | Hold | BadCall
+Fault = Pass | Status | Hold | BadCall
 
 
 class _ApiError(Exception):
@@ -145,6 +152,8 @@ class Counts:
     cached_tokens: int = 0
     prompt_tokens: int = 0
     finished: bool = False
+    gave_up: list[str] = field(default_factory=list)
+    """Intents the brief never made possible (the demo's 'unexpected')."""
 
 
 class StandIn:
@@ -426,6 +435,11 @@ class _Player:
         brief = TaskBrief.model_validate(json.loads(result.partition(" ")[2].partition(_REMINDER)[0])["brief"])
         op = intent_op(intent, brief, index=self.index)
         if op is None:
+            asked = sum(1 for call_id in self.results if call_id.startswith(f"call-s{n}-g{i}-"))
+            if asked >= _POLLS:
+                with self.standin._lock:
+                    self.counts.gave_up.append(f"step {n}: the brief never showed what {intent!r} needs")
+                return self._intent(n, i + 1)
             time.sleep(_POLL)
             return [self._call(n, "g", "brief_get", {"view": "json"}, i)]
         return self._propose(n, i, op.model_dump(mode="json"))
@@ -470,6 +484,12 @@ def _handler(standin: StandIn) -> type[BaseHTTPRequestHandler]:
             self._send(200, json.dumps(models).encode(), {})
 
         def _send(self, status: int, body: bytes, headers: Mapping[str, str]) -> None:
+            try:
+                self._write(status, body, headers)
+            except (BrokenPipeError, ConnectionResetError):  # the caller died waiting (a SIGKILL test)
+                self.close_connection = True
+
+        def _write(self, status: int, body: bytes, headers: Mapping[str, str]) -> None:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))

@@ -3,6 +3,8 @@ demo's `ScriptedModel`) and over HTTP (an `AgentLoop` asking the stand-in)."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ from bus import NatsClient
 from schemas import Domain, Tally, TaskBrief
 from tests.loop._standin import MODEL, StandIn
 
-__all__ = ["FAST_RETRY", "brief_content", "loop_agent", "play_in_process", "play_over_http"]
+__all__ = ["FAST_RETRY", "brief_content", "context_config", "looping", "play_in_process", "play_over_http"]
 
 FAST_RETRY = RetryPolicy(attempts=3, initial=0.05, maximum=0.2, timeout=60)
 """Retries for tests: a down endpoint is given up in a fraction of a second."""
@@ -31,13 +33,15 @@ def context_config(agent: str, domain: Domain, agents: int, *, window: int = 200
     )
 
 
-def loop_agent(agent: Agent, standin: StandIn, workdir: Path, *, max_turns: int = 400) -> AgentLoop:
-    """A loop for `agent` on the stand-in, with the built-in tools and bash in `workdir`."""
+@asynccontextmanager
+async def looping(agent: Agent, workdir: Path, *, base_url: str, max_turns: int = 400) -> AsyncIterator[AgentLoop]:
+    """A loop for `agent` on the endpoint at `base_url`, with the built-in tools and bash
+    in `workdir`; its model client is closed after."""
     tools = Toolbox()
     tools.add_builtins(BuiltinTools(agent))
     tools.add(BashTool(workdir).run, name="bash")
-    model = ModelClient(base_url=standin.base_url, model=MODEL, user=agent.id, retry=FAST_RETRY)
-    return AgentLoop(agent, model, tools, config=LoopConfig(max_turns=max_turns))
+    async with ModelClient(base_url=base_url, model=MODEL, user=agent.id, retry=FAST_RETRY) as model:
+        yield AgentLoop(agent, model, tools, config=LoopConfig(max_turns=max_turns))
 
 
 async def play_over_http(
@@ -45,7 +49,6 @@ async def play_over_http(
 ) -> tuple[TaskBrief, list[LoopStats]]:
     """Every agent of the stand-in's swarm as an AgentLoop, to the end; the brief after."""
     stats: list[LoopStats] = []
-    agents: list[Agent] = []
 
     async def one(index: int) -> None:
         name = agent_name(index)
@@ -56,12 +59,8 @@ async def play_over_http(
             context=context_config(name, domain, standin.agents),
         )
         async with Agent.open(client, config) as agent:
-            agents.append(agent)
-            loop = loop_agent(agent, standin, workdir)
-            try:
+            async with looping(agent, workdir, base_url=standin.base_url) as loop:
                 stats.append(await loop.run("Fix the flaky cache tests (see the brief)."))
-            finally:
-                await loop.model.close()
             await _settle(agent)
             brief.append(agent.brief)
 
