@@ -204,8 +204,9 @@ class Agent:
     ) -> AsyncIterator[Agent]:
         """An agent that has joined its brief and runs until the block ends, then closes.
 
-        The agent owns the task group its replica and heartbeat run in. An error of the
-        agent's own (it cannot join, say) is raised as itself, not in an exception group.
+        The agent owns the task group its replica and heartbeat run in. An error raised
+        in the block, or the agent's own (it cannot join, say), comes out as itself, not
+        in an exception group.
 
         :raises StoreError: if the store cannot be opened (another process has it, ...).
         :raises CtxbusError: if the agent cannot join its domain.
@@ -220,10 +221,11 @@ class Agent:
                     finally:
                         tg.cancel_scope.cancel()
             except BaseExceptionGroup as group:
-                found = first_ctxbus_error(group)
+                # The block's own error, or the agent's, comes out as itself.
+                found = group.exceptions[0] if len(group.exceptions) == 1 else first_ctxbus_error(group)
                 if found is None:
                     raise
-                raise found from group
+                raise found from None
         finally:
             with anyio.CancelScope(shield=True):
                 agent.close()
