@@ -26,6 +26,7 @@ __all__ = [
     "InvalidSwarmConfig",
     "SwarmConfig",
     "SwarmError",
+    "SwarmPlace",
     "SwarmPlan",
     "check_settings",
     "default_deadline",
@@ -119,23 +120,16 @@ class SwarmPlan(Protocol):
 
 
 @dataclass(frozen=True, kw_only=True)
-class SwarmConfig:
-    """One demo run: where, how many agents, how long, whom to kill and when.
-
-    :raises InvalidSwarmConfig: for out-of-range values, naming the flag.
-    """
+class SwarmPlace:
+    """Where a swarm runs and keeps its files, how many agents, and its time limit."""
 
     nats_url: str
     domain: Domain
     data_dir: Path
     """Holds `agents/<agent>.db` (each agent's store) and `agents/<agent>.log`."""
     agents: int = DEFAULT_AGENTS
-    steps: int = DEFAULT_STEPS
-    step_delay: float = DEFAULT_STEP_DELAY
-    kill_at: int | None = None
-    """Steps the victim completes before its SIGKILL; 40% of `steps` by default."""
     deadline: float | None = None
-    """Seconds before the run is given up; `default_deadline` of the steps by default."""
+    """Seconds before the run is given up; one that grows with the run's length by default."""
     credentials_dir: Path | None = None
     """On a server with auth: where each agent's credentials are (`<agent>.json`), and
     the runner's own (`RUNNER_CREDENTIALS`, an operator's); None without auth."""
@@ -143,6 +137,19 @@ class SwarmConfig:
     def credentials(self, principal: str) -> Path | None:
         """The credentials file of an agent (or of the runner), if the server checks them."""
         return None if self.credentials_dir is None else self.credentials_dir / f"{principal}.json"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SwarmConfig(SwarmPlace):
+    """One demo run: where, how many agents, how long, whom to kill and when.
+
+    :raises InvalidSwarmConfig: for out-of-range values, naming the flag.
+    """
+
+    steps: int = DEFAULT_STEPS
+    step_delay: float = DEFAULT_STEP_DELAY
+    kill_at: int | None = None
+    """Steps the victim completes before its SIGKILL; 40% of `steps` by default."""
 
     def __post_init__(self) -> None:
         check_settings(

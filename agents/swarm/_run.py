@@ -9,8 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from agents.swarm._config import DEADLINE_FLOOR, MAX_AGENTS, InvalidSwarmConfig
-from schemas import Domain
+from agents.swarm._config import DEADLINE_FLOOR, MAX_AGENTS, InvalidSwarmConfig, SwarmPlace
 
 if TYPE_CHECKING:
     from agents.swarm._report import AgentReport, SwarmRefusal
@@ -26,28 +25,21 @@ TURN_ALLOWANCE: Final = 60.0
 
 
 @dataclass(frozen=True, kw_only=True)
-class RunConfig:
+class RunConfig(SwarmPlace):
     """One run: where, how many agents, which model, which task, which tools.
 
     :raises InvalidSwarmConfig: for out-of-range values, naming the flag.
     """
 
-    nats_url: str
-    domain: Domain
-    data_dir: Path
-    """Holds `agents/<agent>.db` (each agent's store) and `agents/<agent>.log`."""
     base_url: str
     model: str
     task: Path
     """The task, in a file (markdown): each agent's first user message."""
-    agents: int = 3
     tools: tuple[str, ...] = ()
     workdir: Path | None = None
     """Where `bash` runs (required with it)."""
     window: int = DEFAULT_RUN_WINDOW
     max_turns: int = DEFAULT_MAX_TURNS
-    deadline: float | None = None
-    credentials_dir: Path | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.agents <= MAX_AGENTS:
@@ -67,9 +59,6 @@ class RunConfig:
             raise InvalidSwarmConfig("--task", f"{self.task} is not a file")
         if self.deadline is not None and not 0 < self.deadline < math.inf:
             raise InvalidSwarmConfig("--deadline", f"must be more than 0 seconds, got {self.deadline}")
-
-    def credentials(self, principal: str) -> Path | None:
-        return None if self.credentials_dir is None else self.credentials_dir / f"{principal}.json"
 
     @property
     def time_limit(self) -> float:

@@ -31,12 +31,11 @@ from agents.loop import (
     Turn,
     loop_system_prompt,
 )
-from agents.nudges import Channel2LeaseConfig
-from agents.runtime import Agent, AgentConfig
-from agents.swarm._reporting import channel2_cycles, emit, report_request
+from agents.runtime import Agent
+from agents.swarm._process import agent_result, connect_agent, emit, report_request, worker_main, worker_parser
 from agents.swarm._scenario import agent_name
-from bus import BusConfig, Credentials, Leases, close_quietly, connect, run_async
-from schemas import AgentResult, Domain, Finished, Note, Progress, Tally
+from bus import Leases, close_quietly
+from schemas import AgentResult, Finished, Note, Progress, Tally
 
 __all__ = ["main"]
 
@@ -44,23 +43,15 @@ log = logging.getLogger(__name__)
 
 ARCHIVE_THRESHOLD: Final = 5_000
 """Tool output over this many tokens is shown compact (the demo's setting)."""
-HEARTBEAT: Final = 0.5
 CLAIM_TTL: Final = 10.0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return run_async(_run, args)
+    return worker_main(_parser(), _run, argv)
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m agents.swarm._run_worker", description=__doc__)
-    parser.add_argument("--nats", required=True)
-    parser.add_argument("--domain", required=True, type=Domain.parse)
-    parser.add_argument("--index", required=True, type=int)
-    parser.add_argument("--agents", required=True, type=int)
-    parser.add_argument("--store", required=True, type=Path)
+    parser = worker_parser("python -m agents.swarm._run_worker", __doc__)
     parser.add_argument("--base-url", required=True)
     parser.add_argument("--model", required=True)
     parser.add_argument("--task", required=True, type=Path)
@@ -68,28 +59,16 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-turns", type=int, default=50)
     parser.add_argument("--tools", default="")
     parser.add_argument("--workdir", type=Path)
-    parser.add_argument("--credentials", type=Path)
     return parser
 
 
 async def _run(args: argparse.Namespace) -> int:
-    name = agent_name(args.index)
-    credentials = Credentials.load(args.credentials) if args.credentials else None
-    client = await connect(BusConfig(servers=[args.nats], name=name, credentials=credentials))
     context = ContextConfig(
         window=args.window,
         archive_threshold=ARCHIVE_THRESHOLD,
-        system_prompt=loop_system_prompt(name, args.domain, agents=args.agents),
+        system_prompt=loop_system_prompt(agent_name(args.index), args.domain, agents=args.agents),
     )
-    config = AgentConfig(
-        agent_id=name,
-        domain=args.domain,
-        store=args.store,
-        context=context,
-        heartbeat=HEARTBEAT,
-        channel2=Channel2LeaseConfig(claim_ttl=CLAIM_TTL),
-        trusted_signers=credentials.trusted_signers if credentials else (),
-    )
+    client, config = await connect_agent(args, context, claim_ttl=CLAIM_TTL)
     try:
         async with Agent.open(client, config) as agent:
             return await _play(agent, args, Leases(client))
@@ -156,8 +135,6 @@ def _progress(agent: Agent, stats: LoopStats, max_turns: int) -> None:
 
 
 async def _result(agent: Agent, stats: LoopStats, leases: Leases) -> AgentResult:
-    composition = agent.compose()
-    messages = agent.context.messages()
     tally = Tally(
         step=stats.turns,
         starts=stats.starts,
@@ -170,17 +147,7 @@ async def _result(agent: Agent, stats: LoopStats, leases: Leases) -> AgentResult
         model_completion_tokens=stats.completion_tokens,
         stopped=str(stats.stopped) if stats.stopped else None,
     )
-    return AgentResult(
-        agent=agent.id,
-        tally=tally,
-        prompt_tokens=composition.report.total,
-        history_tokens=sum(m.tokens for m in messages),
-        synthetic_messages=sum(m.kind == "synthetic" for m in messages),
-        cycles=await channel2_cycles(agent, leases),
-        missing_constraints=[],
-        revision=agent.replica.revision,
-        hash=agent.replica.hash,
-    )
+    return await agent_result(agent, tally, leases)
 
 
 if __name__ == "__main__":

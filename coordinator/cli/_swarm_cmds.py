@@ -70,6 +70,19 @@ _STATE_STYLE = {
     "stopped": "yellow",
 }  # fmt: skip
 
+_DataDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--data-dir",
+        help="Keep every agent's SQLite file and log here (and NATS' store, when embedded).",
+        show_default="a temp dir, removed after a clean run",
+    ),
+]
+_JsonReportOption = Annotated[
+    bool,
+    typer.Option("--json", help="No live view; print the report as JSON (data_kept: whether data_dir is still there)."),
+]
+
 
 @swarm_app.command("demo")
 def demo(
@@ -92,19 +105,8 @@ def demo(
             show_default=f"{DEADLINE_FLOOR:.0f} + --steps x (--step-delay + {STEP_MARGIN:g})",
         ),
     ] = None,
-    data_dir: Annotated[
-        Path | None,
-        typer.Option(
-            help="Keep NATS' store and every agent's SQLite file and log here.",
-            show_default="a temp dir, removed after a clean run",
-        ),
-    ] = None,
-    as_json: Annotated[
-        bool,
-        typer.Option(
-            "--json", help="No live view; print the report as JSON (data_kept: whether data_dir is still there)."
-        ),
-    ] = False,
+    data_dir: _DataDirOption = None,
+    as_json: _JsonReportOption = False,
     auth: Annotated[
         bool,
         typer.Option(
@@ -240,19 +242,8 @@ def run(
         float | None,
         typer.Option(metavar="SECONDS", help="Give up (exit 1, data kept) if the run is not over by then."),
     ] = None,
-    data_dir: Annotated[
-        Path | None,
-        typer.Option(
-            help="Keep every agent's SQLite file and log here (and NATS' store, when embedded).",
-            show_default="a temp dir, removed after a clean run",
-        ),
-    ] = None,
-    as_json: Annotated[
-        bool,
-        typer.Option(
-            "--json", help="No live view; print the report as JSON (data_kept: whether data_dir is still there)."
-        ),
-    ] = False,
+    data_dir: _DataDirOption = None,
+    as_json: _JsonReportOption = False,
 ) -> None:
     """Run N agents on a real model and one task: an agent loop per process, one shared brief.
 
