@@ -123,8 +123,8 @@ def _openai() -> Any:
         import openai
     except ImportError:
         raise UsageError(
-            "the agent loop talks to the model through the openai SDK, which is not installed: "
-            "pip install 'ctxbus[openai]'"
+            "the agent loop talks to the model through the openai SDK, which is not installed "
+            "(a dependency of ctxbus): pip install openai"
         ) from None
     return openai
 
