@@ -10,6 +10,10 @@ from typing import Any
 
 import pytest
 
+from agents.swarm import AgentResult, AgentStatus, Channel2Cycle, LogState, RunConfig, SwarmReport, Tally
+from coordinator.cli._common import console
+from coordinator.cli._swarm_cmds import _print_report
+from schemas import Domain
 from tests.cli._procs import Command
 from tests.loop._standin import MODEL, StandIn, write_corpus
 
@@ -64,3 +68,59 @@ def test_swarm_run_against_the_standin_holds_every_invariant(tmp_path: Path) -> 
         assert a["prompt_tokens"] < a["history_tokens"]
     assert report["log_hash"] == report["replay_hash"]
     assert report["victim"] is None
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--agents", "9"], ["--agents", "between 1 and 8, got 9"]),
+        (["--tools", "curl"], ["--tools", "unknown curl; the optional tools are: bash"]),
+        (["--max-turns", "0"], ["--max-turns", "at least 1, got 0"]),
+        (["--window", "100"], ["--window", "at least 4,096 tokens, got 100"]),
+        (["--task", "missing.md"], ["--task", "missing.md is not a file"]),
+    ],
+)
+def test_bad_arguments_fail_fast_with_a_clear_message(args: list[str], words: list[str], tmp_path: Path) -> None:
+    task = tmp_path / "task.md"
+    task.write_text("do it")
+    given = ["--base-url", "http://127.0.0.1:1/v1", "--model", "m", "--task", str(task), *args]
+    env = {**os.environ, "CTXBUS_STATE_DIR": str(tmp_path), "TMPDIR": str(tmp_path), "COLUMNS": "200"}
+    with Command("swarm", "run", *given, env=env, cwd=tmp_path) as run:
+        out, err = run.finish(30)
+    assert run.proc.returncode == 2 and out == ""
+    assert all(w in " ".join(err.split()) for w in words), err
+
+
+def test_the_report_of_a_run_shows_what_the_endpoint_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(console, "width", 300)
+    task = tmp_path / "task.md"
+    task.write_text("do it")
+    config = RunConfig(
+        nats_url="nats://127.0.0.1:1", domain=Domain.parse("t/s/run"), data_dir=tmp_path, base_url="http://x/v1",
+        model="m", task=task, agents=1,
+    )  # fmt: skip
+    tally = Tally(
+        step=12, starts=1, bands=["quiet", "urgent", "channel2"], reminders=2, reduces=3, stopped="final_answer",
+        model_prompt_tokens=400_000, model_cached_tokens=300_000, model_completion_tokens=900,
+    )  # fmt: skip
+    result = AgentResult(
+        agent="agent-1", tally=tally, prompt_tokens=30_000, history_tokens=120_000, synthetic_messages=1,
+        cycles=[Channel2Cycle(cycle=0, lease="delivered", in_host=True)], missing_constraints=[], revision=7,
+        hash="cd" * 32,
+    )  # fmt: skip
+    state = LogState(revision=7, hash="cd" * 32, replay_hash="cd" * 32)
+    report = SwarmReport.build(config, [AgentStatus("agent-1", state="reported", result=result)], state, elapsed=3)
+    assert report.ok and report.victim is None
+    with console.capture() as capture:
+        _print_report(report)
+    text = capture.get()
+    header = [cell.strip() for cell in next(line for line in text.splitlines() if "API cached" in line).split("┃")]
+    row = [cell.strip() for cell in next(line for line in text.splitlines() if line.startswith(" agent-1")).split("│")]
+    shown = dict(zip(header, row, strict=True))
+    assert shown["API prompt"] == "400,000" and shown["API cached"] == "300,000 (75%)"
+    assert shown["turns"] == "12" and shown["stopped"] == "final_answer" and shown["ctx_reduce"] == "3"
+    assert (
+        "300,000 of them cached (75%)" in text and "2 Channel 1 reminders shown, 1 Channel 2 cycles delivered" in text
+    )
+    assert "constraints:" not in text  # the demo's scripted promises are not a run's
+    assert "all invariants hold" in text

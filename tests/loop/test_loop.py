@@ -167,3 +167,16 @@ async def test_an_agent_killed_mid_turn_restarts_on_its_store_and_finishes(
     assert result.tally.step > 4  # the turns of both processes, counted once each
     assert standin.refused() == []
     assert "ERROR" not in (tmp_path / "second.log").read_text()
+
+
+async def test_the_loop_stops_once_the_brief_is_closed(client: NatsClient, tmp_path: Path, workdir: Path) -> None:
+    with StandIn(agents=1, steps=STEPS) as standin:
+        standin.fail(Pass(), BadCall("brief_propose", '{"op": {"op": "close", "reason": "the task is done"}}'))
+        async with (
+            Agent.open(client, config(tmp_path)) as agent,
+            looping(agent, workdir, base_url=standin.base_url) as loop,
+        ):
+            stats = await loop.run(TASK)
+            closed = agent.brief.closed
+    assert stats.stopped is LoopStop.TASK_DONE and stats.turns == 2
+    assert closed is not None and closed.reason == "the task is done"
