@@ -70,6 +70,9 @@ class AgentState(enum.StrEnum):
     """Built (its store open), not yet joined: the brief and the heartbeat start in `run`."""
     RUNNING = "running"
     """Joined the brief; its heartbeat goes."""
+    STOPPED = "stopped"
+    """`run` ended (its task group was cancelled) but the agent is not closed yet: its
+    store is still open and locked until `close`."""
     CLOSED = "closed"
     """Saved and closed: its store is free for another process."""
 
@@ -232,7 +235,7 @@ class Agent:
 
     @property
     def state(self) -> AgentState:
-        """opening, running or closed."""
+        """opening, running, stopped (by hand, not closed yet) or closed."""
         return self._state
 
     @property
@@ -263,6 +266,8 @@ class Agent:
                     await anyio.sleep_forever()
             finally:
                 self._running = None
+                if not self._closed:
+                    self._state = AgentState.STOPPED
 
     def close(self) -> None:
         """Stop `run` (the brief replica and the heartbeat), save what a restart needs,

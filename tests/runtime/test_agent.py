@@ -346,7 +346,10 @@ async def test_an_agent_is_opening_until_it_has_joined(
     client, tg = bus
     agent = agents.open(client, _config(Domain.parse(f"rt/s9/{uuid.uuid4().hex[:8]}"), tmp_path))
     assert agent.state is AgentState.OPENING
-    await tg.start(agent.run)
-    assert agent.state is AgentState.RUNNING
+    async with anyio.create_task_group() as own:
+        await own.start(agent.run)
+        assert agent.state is AgentState.RUNNING
+        own.cancel_scope.cancel()
+    assert agent.state is AgentState.STOPPED  # run() ended, the store still open
     agents.close(agent)
     assert agent.state is AgentState.CLOSED
