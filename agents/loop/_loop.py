@@ -178,7 +178,8 @@ class AgentLoop:
         completion, usage = await self.model.complete(composition.to_openai(), self.tools.to_openai())
         message = completion.choices[0].message
         calls = [
-            ToolCall(id=call.id, name=function.name, arguments=function.arguments)
+            # A nameless call is kept (as one no tool answers to): the model hears what was wrong.
+            ToolCall(id=call.id, name=function.name or "unnamed", arguments=function.arguments or "{}")
             for call in message.tool_calls or ()
             if (function := getattr(call, "function", None)) is not None
         ]

@@ -64,8 +64,6 @@ MODEL: Final = "standin-1"
 _REMINDER: Final = "<system-reminder>"
 _ID: Final = re.compile(r"^call-s(\d+)-([a-z])(\d*)-x")
 """Our call ids: `call-s<step>-<phase><intent>-x...` (the context may add a suffix)."""
-_PER_MESSAGE: Final = 4
-"""Tokens each message costs besides its text, as the API counts."""
 _TOOL_SCHEMA: TypeAdapter[Any] = TypeAdapter(ChatCompletionToolParam)
 _POLL: Final = 0.2
 """Seconds the 'model' thinks before asking for the brief again."""
@@ -263,15 +261,14 @@ class StandIn:
         return prompt
 
     def _message_tokens(self, message: Mapping[str, Any]) -> list[int]:
-        """A message's tokens (role, text, calls), each distinct message encoded once."""
+        """A message's tokens (its role and end markers, text and calls, as a chat template
+        would lay them out), each distinct message encoded once."""
         key = json.dumps(message, sort_keys=True)
         with self._lock:
             known = self._tokens.get(key)
         if known is None:
             calls = "".join(c["function"]["name"] + c["function"]["arguments"] for c in message.get("tool_calls") or ())
-            text = f"<|{message['role']}|>{_text(message)}{calls}"
-            known = self._encoding.encode_ordinary(text)
-            known += [0] * max(_PER_MESSAGE - 1, 0)
+            known = self._encoding.encode_ordinary(f"<|{message['role']}|>{_text(message)}{calls}<|end|>")
             with self._lock:
                 self._tokens[key] = known
         return known
