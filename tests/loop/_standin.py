@@ -339,7 +339,7 @@ class _Player:
         self.counts = counts
         self.messages = messages
         self.results = {m["tool_call_id"]: _text(m) for m in messages if m["role"] == "tool"}
-        self.names = {call["id"]: call["function"]["name"] for m in messages for call in m.get("tool_calls") or () if m}
+        self.names = {call["id"]: call["function"]["name"] for m in messages for call in m.get("tool_calls") or ()}
 
     def decide(self) -> list[tuple[str, str, str]] | None:
         """The calls of the next turn; None for the final answer."""
