@@ -71,6 +71,13 @@ class Tally(BaseModel):
     handled_synthetic: int = 0
     """Tag of the newest Channel 2 message the model has acted on."""
     peak_prompt_tokens: int = 0
+    model_prompt_tokens: int = 0
+    """Prompt tokens a real model's endpoint reported, all turns together (`swarm run`)."""
+    model_cached_tokens: int = 0
+    """Of those, the ones the endpoint served from its prefix cache."""
+    model_completion_tokens: int = 0
+    stopped: str | None = None
+    """Why an agent loop stopped (`swarm run`); None for the scripted demo."""
 
 
 class Progress(_Model):

@@ -32,10 +32,10 @@ How the agent's context learns about the session, and where that stops:
 
 from agents.mcp._calls import ToolCalls, ToolFailure
 from agents.mcp._host import McpHost
-from agents.mcp._ops import BadOp, op_menu, parse_op
 from agents.mcp._serve import host_context, serve_stdio
 from agents.mcp._server import brief_uri, build_server
 from agents.mcp._tools import MCP_PROPOSE_DEADLINE, AgentTools
+from agents.tools import BadOp, op_menu, parse_op
 from schemas import AGENT_OPS  # re-exported: the ops `brief_propose` takes
 
 __all__ = [

@@ -12,6 +12,7 @@ from mcp.types import CallToolResult, TextContent
 
 from agents.mcp._host import McpHost
 from agents.runtime import Agent
+from agents.tools import ToolFailure
 from schemas import CtxbusError
 
 __all__ = ["ToolCalls", "ToolFailure"]
@@ -19,11 +20,6 @@ __all__ = ["ToolCalls", "ToolFailure"]
 log = logging.getLogger(__name__)
 
 ToolBody = Callable[[], Awaitable[str]]
-
-
-class ToolFailure(CtxbusError):
-    """Raised by a tool body for an answer the model must read as a failure (e.g. a
-    rejected proposal), as opposed to a bug."""
 
 
 class ToolCalls:

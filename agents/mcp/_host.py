@@ -5,7 +5,6 @@ from __future__ import annotations
 from agents.context import LocalContext
 from agents.nudges import SyntheticMessage
 from agents.runtime import ContextHost
-from schemas import UsageError
 
 __all__ = ["McpHost"]
 
@@ -19,33 +18,26 @@ class McpHost:
     taking over after a crash sees it there) and queued for the result of the tool call
     in progress, which `take` empties.
 
-    The `Agent` builds its context itself, so the host is attached after construction.
+    The `Agent` builds its context itself, so it builds its host too: pass the class
+    as the agent's host factory, `Agent.open(client, config, host_for=McpHost)`.
     """
 
-    def __init__(self) -> None:
-        self._record: ContextHost | None = None
+    def __init__(self, context: LocalContext) -> None:
+        """:param context: the agent's own context, where deliveries are recorded."""
+        self._record = ContextHost(context)
         self._outbox: list[str] = []
 
     def __repr__(self) -> str:
-        return f"<McpHost attached={self._record is not None} queued={len(self._outbox)}>"
-
-    def attach(self, context: LocalContext) -> None:
-        """Record deliveries in `context` (the agent's own)."""
-        self._record = ContextHost(context)
+        return f"<McpHost queued={len(self._outbox)}>"
 
     async def deliver(self, message: SyntheticMessage) -> None:
-        await self._recorder().deliver(message)
+        await self._record.deliver(message)
         self._outbox.append(message.text)
 
     async def already_delivered(self, directive_id: str) -> bool:
-        return await self._recorder().already_delivered(directive_id)
+        return await self._record.already_delivered(directive_id)
 
     def take(self) -> list[str]:
         """The messages delivered since the last call, oldest first."""
         taken, self._outbox = self._outbox, []
         return taken
-
-    def _recorder(self) -> ContextHost:
-        if self._record is None:
-            raise UsageError("McpHost is not attached to the agent's context; call attach() first")
-        return self._record

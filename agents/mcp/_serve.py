@@ -44,23 +44,18 @@ async def serve_stdio(bus: BusConfig, config: AgentConfig) -> None:
     """
     client = await connect(bus)
     try:
-        host = McpHost()
-        agent = Agent(client, config, host=host)
-        host.attach(agent.context)
-        try:
-            async with anyio.create_task_group() as tg:
-                await tg.start(agent.run)
-                await tg.start(_cancel_on_signal, tg.cancel_scope)
-                log.info("serving %s on %s over stdio", agent.id, agent.domain)
-                await run_stdio(build_server(agent, host))
-                tg.cancel_scope.cancel()
-        except BaseExceptionGroup as group:
-            found = first_ctxbus_error(group)
-            if found is None:
-                raise
-            raise found from group
-        finally:
-            agent.close()
+        async with Agent.open(client, config, host_for=McpHost) as agent:
+            try:
+                async with anyio.create_task_group() as tg:
+                    await tg.start(_cancel_on_signal, tg.cancel_scope)
+                    log.info("serving %s on %s over stdio", agent.id, agent.domain)
+                    await run_stdio(build_server(agent))
+                    tg.cancel_scope.cancel()
+            except BaseExceptionGroup as group:
+                found = first_ctxbus_error(group)
+                if found is None:
+                    raise
+                raise found from group
     finally:
         with anyio.CancelScope(shield=True):
             await close_quietly(client)

@@ -13,6 +13,7 @@ from agents.mcp._calls import ToolCalls
 from agents.mcp._host import McpHost
 from agents.mcp._tools import MCP_PROPOSE_DEADLINE, AgentTools
 from agents.runtime import Agent
+from schemas import UsageError
 
 __all__ = ["brief_uri", "build_server"]
 
@@ -40,11 +41,16 @@ def brief_uri(agent: Agent) -> str:
     return f"ctxbus://brief/{agent.domain}"
 
 
-def build_server(agent: Agent, host: McpHost, *, propose_deadline: float = MCP_PROPOSE_DEADLINE) -> MCPServer[Any]:
-    """An MCP server whose tools act as `agent`; `host` must be the agent's Channel 2 host.
+def build_server(agent: Agent, *, propose_deadline: float = MCP_PROPOSE_DEADLINE) -> MCPServer[Any]:
+    """An MCP server whose tools act as `agent`, which must have been built with
+    `host_for=McpHost` (Channel 2 messages ride on the tool results).
 
     :param propose_deadline: seconds `brief_propose` waits for a coordinator.
+    :raises UsageError: if the agent's host is not an `McpHost`.
     """
+    host = agent.host
+    if not isinstance(host, McpHost):
+        raise UsageError(f"an MCP server needs an agent built with host_for=McpHost, not host {host!r}")
     uri = brief_uri(agent)
     tools = AgentTools(agent, ToolCalls(agent, host), propose_deadline=propose_deadline)
     server: MCPServer[Any] = MCPServer(

@@ -1,6 +1,6 @@
 """The Agent runtime: local context + nudges + brief replica, joined on the bus."""
 
-from agents.runtime._agent import Agent, AgentConfig, ToolOutcome
+from agents.runtime._agent import Agent, AgentConfig, AgentState, HostFactory, ToolOutcome
 from agents.runtime._host import ContextHost
 from agents.runtime._replay import ReplayReport, replay_transcript
 from agents.runtime._saved import inspect_store
@@ -10,7 +10,9 @@ from agents.runtime._transcript import Transcript, TranscriptError, TranscriptMe
 __all__ = [
     "Agent",
     "AgentConfig",
+    "AgentState",
     "ContextHost",
+    "HostFactory",
     "ReplayReport",
     "TailAdapter",
     "ToolOutcome",

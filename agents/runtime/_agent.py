@@ -10,9 +10,10 @@ into every compose as the brief block.
 from __future__ import annotations
 
 import contextlib
+import enum
 import logging
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskStatus
 
-from agents.brief import DEFAULT_HEARTBEAT, BriefReplica, PresenceBeacon, Proposer
+from agents.brief import DEFAULT_HEARTBEAT, DEFAULT_PROPOSE_DEADLINE, BriefReplica, PresenceBeacon, Proposer
 from agents.context import (
     AgentStore,
     Composition,
@@ -59,13 +60,30 @@ from agents.runtime._saved import (
 )
 from agents.runtime._tail import FINAL_KINDS, TailAdapter
 from bus import GEN_AI, BusError, Leases, NatsClient, PidLock, Verifier, span
-from schemas import BriefOp, Domain, Presence, Reply, TaskBrief, ToolCall, UsageError
+from schemas import BriefOp, Domain, Presence, Reply, TaskBrief, ToolCall, UsageError, first_ctxbus_error
 
-__all__ = ["Agent", "AgentConfig"]
+__all__ = ["Agent", "AgentConfig", "AgentState", "HostFactory"]
 
 log = logging.getLogger(__name__)
 
 _USER_TURNS_KEY = "user_turns"
+
+HostFactory = Callable[[LocalContext], HostAdapter]
+"""Builds the agent's Channel 2 host on the agent's own context (e.g. `McpHost`)."""
+
+
+class AgentState(enum.StrEnum):
+    """Where an `Agent` is in its life: it only ever moves forward."""
+
+    OPENING = "opening"
+    """Built (its store open), not yet joined: the brief and the heartbeat start in `run`."""
+    RUNNING = "running"
+    """Joined the brief; its heartbeat goes."""
+    STOPPED = "stopped"
+    """`run` ended (its task group was cancelled) but the agent is not closed yet: its
+    store is still open and locked until `close`."""
+    CLOSED = "closed"
+    """Saved and closed: its store is free for another process."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,7 +123,12 @@ class ToolOutcome:
 
 
 class Agent:
-    """One agent process's ctxbus side. Run it with `await tg.start(agent.run)`.
+    """One agent process's ctxbus side.
+
+    Open it with `async with Agent.open(client, config) as agent:`, which joins the brief,
+    runs the heartbeat in a task group of its own and closes the agent on the way out;
+    `state` says where it is. (`await tg.start(agent.run)` in a task group of the
+    caller's, then `agent.close()`, does the same by hand.)
 
     Methods that touch the context are synchronous and quick (SQLite in WAL mode);
     the ones that touch the bus are async. The context and the nudge state are only
@@ -124,8 +147,15 @@ class Agent:
         config: AgentConfig,
         *,
         host: HostAdapter | None = None,
+        host_for: HostFactory | None = None,
         tokenizer: Tokenizer | None = None,
     ) -> None:
+        """:param host: the Channel 2 host; a `ContextHost` on the agent's context by default.
+        :param host_for: builds the host on the agent's context instead (one that records
+            deliveries there, as `agents.mcp.McpHost` does); not with `host`.
+        """
+        if host is not None and host_for is not None:
+            raise UsageError("give the agent a host or a host_for factory, not both")
         self.config = config
         self.id = config.agent_id
         self.domain = config.domain
@@ -149,7 +179,7 @@ class Agent:
             self._last_prompt_tokens = 0
             self.channel1 = Channel1(self._nudge_store)
             self._leases = Leases(client)
-            self.host: HostAdapter = host or ContextHost(self.context)
+            self.host: HostAdapter = host or (host_for or ContextHost)(self.context)
             lease = Channel2Lease(
                 self._leases, self.host, domain=config.domain, agent_id=self.id, config=config.channel2
             )
@@ -157,7 +187,7 @@ class Agent:
             save_config(self.context, config.context)
             verifier = Verifier(config.trusted_signers) if config.trusted_signers else None
             self.replica = BriefReplica(client, config.domain, resume_from=load_brief(self.context), verifier=verifier)
-            self.proposer = Proposer(client, config.domain, agent_id=self.id, verifier=verifier)
+            self._proposer = Proposer(client, config.domain, agent_id=self.id, verifier=verifier)
             self._beacon = PresenceBeacon(client, config.domain, self.id, self.presence, interval=config.heartbeat)
             self._band = "quiet"
             self._measure: TailMeasure | None = None
@@ -165,7 +195,8 @@ class Agent:
             """ctx_reduce calls that queued drops and whose result is not recorded yet."""
             self._running: anyio.CancelScope | None = None
             """The scope of `run` while it runs: `close` ends it."""
-            self._closed = False
+            self._state = AgentState.OPENING
+            self._ran = False
             self._measure_tail()  # a restarted agent shows its band before its next tool call
             undo.pop_all()
 
@@ -173,6 +204,54 @@ class Agent:
         return f"<Agent {self.id!r} on {self.domain} band={self._band}>"
 
     # -- lifecycle -----------------------------------------------------------------------
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def open(
+        cls,
+        client: NatsClient,
+        config: AgentConfig,
+        *,
+        host: HostAdapter | None = None,
+        host_for: HostFactory | None = None,
+        tokenizer: Tokenizer | None = None,
+    ) -> AsyncIterator[Agent]:
+        """An agent that has joined its brief and runs until the block ends, then closes.
+
+        The agent owns the task group its replica and heartbeat run in. An error raised
+        in the block, or the agent's own (it cannot join, say), comes out as itself, not
+        in an exception group.
+
+        :raises StoreError: if the store cannot be opened (another process has it, ...).
+        :raises CtxbusError: if the agent cannot join its domain.
+        """
+        agent = cls(client, config, host=host, host_for=host_for, tokenizer=tokenizer)
+        try:
+            try:
+                async with anyio.create_task_group() as tg:
+                    await tg.start(agent.run)
+                    try:
+                        yield agent
+                    finally:
+                        tg.cancel_scope.cancel()
+            except BaseExceptionGroup as group:
+                # The block's own error, or the agent's, comes out as itself.
+                found = group.exceptions[0] if len(group.exceptions) == 1 else first_ctxbus_error(group)
+                if found is None:
+                    raise
+                raise found from None
+        finally:
+            with anyio.CancelScope(shield=True):
+                agent.close()
+
+    @property
+    def state(self) -> AgentState:
+        """opening, running, stopped (by hand, not closed yet) or closed."""
+        return self._state
+
+    @property
+    def _closed(self) -> bool:
+        return self._state is AgentState.CLOSED
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Join the brief, start the heartbeat, report ready; run until cancelled or closed.
@@ -183,23 +262,30 @@ class Agent:
             raise UsageError(f"agent {self.id} is closed; make a new Agent to run it again")
         if self._running is not None:
             raise UsageError(f"agent {self.id} is running already: one run() per Agent")
+        if self._ran:
+            raise UsageError(f"agent {self.id} has run already: one run() per Agent")
+        self._ran = True
         with anyio.CancelScope() as self._running:
             try:
                 await self._leases.ensure()
                 async with anyio.create_task_group() as tg:
                     await tg.start(self.replica.run)
                     await tg.start(self._beacon.run)
+                    if not self._closed:
+                        self._state = AgentState.RUNNING
                     task_status.started()
                     await anyio.sleep_forever()
             finally:
                 self._running = None
+                if not self._closed:
+                    self._state = AgentState.STOPPED
 
     def close(self) -> None:
         """Stop `run` (the brief replica and the heartbeat), save what a restart needs,
         close the store and let another process have it. Closing again does nothing."""
         if self._closed:
             return
-        self._closed = True
+        self._state = AgentState.CLOSED
         if self._running is not None:
             # Outside its event loop (a sync teardown after `run`'s loop stopped) there is
             # nothing to cancel from here: whoever runs that loop ends `run` with it.
@@ -352,14 +438,19 @@ class Agent:
     def brief(self) -> TaskBrief:
         return self.replica.brief
 
-    async def propose(self, op: BriefOp, *, key: str | None = None) -> Reply:
-        """Propose a change to the shared brief; safe to retry with the same `key`.
+    async def propose(
+        self, op: BriefOp, *, key: str | None = None, deadline: float = DEFAULT_PROPOSE_DEADLINE
+    ) -> Reply:
+        """Propose a change to the shared brief; safe to retry with the same `key`. The
+        one way an agent proposes (its tools, the loop and the MCP server all come here).
 
+        :param deadline: seconds to keep asking a coordinator (`Proposer.propose`).
+        :raises ProposalUnanswered: if no coordinator answered within `deadline`.
         :raises UsageError: if the agent was closed.
         """
         if self._closed:
             raise UsageError(f"agent {self.id} is closed; it proposes nothing more")
-        return await self.proposer.propose(op, key=key)
+        return await self._proposer.propose(op, key=key, deadline=deadline)
 
     # -- status --------------------------------------------------------------------------
 

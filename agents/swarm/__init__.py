@@ -1,9 +1,11 @@
-"""The swarm runner: N agent processes on one task, driven by a built-in scenario.
+"""The swarm runner: N agent processes on one task.
 
-`ctxbus swarm demo` uses it to show every feature at once on the embedded NATS: long
-tool outputs, pinned constraints, a shared brief with a rejected option, nudges up to
-Channel 2, `ctx_reduce`, and an agent killed and restarted from its own store. The
-caller provides the NATS server and the coordinator (see DESIGN section 2).
+`ctxbus swarm demo` drives them with a built-in scenario (`SwarmConfig`) to show every
+feature at once on the embedded NATS: long tool outputs, pinned constraints, a shared
+brief with a rejected option, nudges up to Channel 2, `ctx_reduce`, and an agent killed
+and restarted from its own store. `ctxbus swarm run` (`RunConfig`) runs agent loops
+(`agents.loop`) on a real model instead. The caller provides the NATS server and the
+coordinator (see DESIGN section 2).
 """
 
 from agents.swarm._config import (
@@ -17,10 +19,12 @@ from agents.swarm._config import (
     InvalidSwarmConfig,
     SwarmConfig,
     SwarmError,
+    SwarmPlan,
     check_settings,
     default_deadline,
 )
 from agents.swarm._report import AgentReport, LogState, SwarmRefusal, SwarmReport, UnreportedAgent
+from agents.swarm._run import DEFAULT_MAX_TURNS, DEFAULT_RUN_WINDOW, RUN_TOOLS, RunConfig
 from agents.swarm._runner import AgentStatus, SwarmRunner
 from agents.swarm._scenario import GOAL, REJECTED_OPTION, agent_name
 from schemas import AgentResult, Channel2Cycle, Note, Progress, Refusal, Tally
@@ -29,6 +33,9 @@ __all__ = [
     "LogState",
     "DEADLINE_FLOOR",
     "DEFAULT_AGENTS",
+    "DEFAULT_MAX_TURNS",
+    "DEFAULT_RUN_WINDOW",
+    "RUN_TOOLS",
     "DEFAULT_STEPS",
     "DEFAULT_STEP_DELAY",
     "GOAL",
@@ -44,8 +51,10 @@ __all__ = [
     "Note",
     "Progress",
     "Refusal",
+    "RunConfig",
     "SwarmConfig",
     "SwarmError",
+    "SwarmPlan",
     "SwarmRefusal",
     "SwarmReport",
     "SwarmRunner",

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import math
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 from agents.swarm._scenario import ADOPTER, MIN_STEPS, agent_name
 from schemas import CtxbusError, Domain, UsageError
+
+if TYPE_CHECKING:
+    from agents.swarm._report import AgentReport, SwarmRefusal
 
 __all__ = [
     "DEADLINE_FLOOR",
@@ -21,6 +26,8 @@ __all__ = [
     "InvalidSwarmConfig",
     "SwarmConfig",
     "SwarmError",
+    "SwarmPlace",
+    "SwarmPlan",
     "check_settings",
     "default_deadline",
 ]
@@ -82,24 +89,47 @@ def check_settings(
         raise InvalidSwarmConfig("--deadline", f"must be more than 0 seconds, got {deadline}")
 
 
-@dataclass(frozen=True, kw_only=True)
-class SwarmConfig:
-    """One demo run: where, how many agents, how long, whom to kill and when.
+class SwarmPlan(Protocol):
+    """What the runner needs of a kind of swarm: where it runs, the command of each agent
+    process, whom to kill (if anyone), and what its report must show."""
 
-    :raises InvalidSwarmConfig: for out-of-range values, naming the flag.
-    """
+    @property
+    def nats_url(self) -> str: ...
+    @property
+    def domain(self) -> Domain: ...
+    @property
+    def data_dir(self) -> Path: ...
+    @property
+    def agents(self) -> int: ...
+    @property
+    def time_limit(self) -> float: ...
+    @property
+    def victim(self) -> str | None: ...
+    @property
+    def victim_kill_at(self) -> int: ...
+
+    def credentials(self, principal: str) -> Path | None: ...
+
+    def worker(self, index: int, store: Path) -> list[str]:
+        """The command line of agent `index`'s process, on its `store`."""
+        ...
+
+    def judge(self, agents: Sequence[AgentReport], refusals: Sequence[SwarmRefusal]) -> list[str]:
+        """The invariants this kind of run promises besides the common ones, broken."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class SwarmPlace:
+    """Where a swarm runs and keeps its files, how many agents, and its time limit."""
 
     nats_url: str
     domain: Domain
     data_dir: Path
     """Holds `agents/<agent>.db` (each agent's store) and `agents/<agent>.log`."""
     agents: int = DEFAULT_AGENTS
-    steps: int = DEFAULT_STEPS
-    step_delay: float = DEFAULT_STEP_DELAY
-    kill_at: int | None = None
-    """Steps the victim completes before its SIGKILL; 40% of `steps` by default."""
     deadline: float | None = None
-    """Seconds before the run is given up; `default_deadline` of the steps by default."""
+    """Seconds before the run is given up; one that grows with the run's length by default."""
     credentials_dir: Path | None = None
     """On a server with auth: where each agent's credentials are (`<agent>.json`), and
     the runner's own (`RUNNER_CREDENTIALS`, an operator's); None without auth."""
@@ -107,6 +137,19 @@ class SwarmConfig:
     def credentials(self, principal: str) -> Path | None:
         """The credentials file of an agent (or of the runner), if the server checks them."""
         return None if self.credentials_dir is None else self.credentials_dir / f"{principal}.json"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SwarmConfig(SwarmPlace):
+    """One demo run: where, how many agents, how long, whom to kill and when.
+
+    :raises InvalidSwarmConfig: for out-of-range values, naming the flag.
+    """
+
+    steps: int = DEFAULT_STEPS
+    step_delay: float = DEFAULT_STEP_DELAY
+    kill_at: int | None = None
+    """Steps the victim completes before its SIGKILL; 40% of `steps` by default."""
 
     def __post_init__(self) -> None:
         check_settings(
@@ -126,6 +169,23 @@ class SwarmConfig:
         """The agent that is killed and restarted: the one that later re-proposes the
         rejected option, so its refusal also shows that it came back with its brief."""
         return agent_name(ADOPTER)
+
+    def worker(self, index: int, store: Path) -> list[str]:
+        """The scripted agent's process (`agents.swarm._worker`)."""
+        return [
+            sys.executable, "-m", "agents.swarm._worker",
+            "--nats", self.nats_url, "--domain", str(self.domain),
+            "--index", str(index), "--agents", str(self.agents),
+            "--steps", str(self.steps), "--step-delay", str(self.step_delay),
+            "--store", str(store),
+        ]  # fmt: skip
+
+    def judge(self, agents: Sequence[AgentReport], refusals: Sequence[SwarmRefusal]) -> list[str]:
+        """The scenario's promises: constraints kept, a prompt smaller than its history,
+        every step run, Channel 2 reached, the refused re-adoption, the resumed victim."""
+        from agents.swarm._report import judge_scenario
+
+        return judge_scenario(self.steps, self.victim, agents, refusals)
 
     @property
     def victim_kill_at(self) -> int:

@@ -9,7 +9,6 @@ message (Channel 2), and the model reacts the way a diligent agent would, by cal
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from typing import Final, TypeVar
 
@@ -18,26 +17,33 @@ import anyio
 from agents.nudges import REDUCE_TOOL_NAME, REMINDER_OPEN, DeliveryOutcome, TailMeasure
 from agents.runtime import Agent
 from agents.swarm._corpus import tool_output
+from agents.swarm._policy import (
+    DIG_HITS,
+    FAILURE,
+    channel2_drops,
+    dig_query,
+    intent_op,
+    reminder_drops,
+    spec,
+)
 from agents.swarm._scenario import AdoptRejected, CompleteMine, Intent, Propose, Step, pending_text
-from schemas import AddDecision, Committed, Complete, Refusal, Rejection, RejectionCode, Tally, UsageError, normalize
+from schemas import BriefOp, Committed, Complete, Refusal, Rejection, RejectionCode, Tally, UsageError
 
 __all__ = ["ScriptedModel"]
 
-_TAG = re.compile(r"§(\d+)§")
 _BRIEF_WAIT: Final = 20.0
 """Seconds to wait for another agent's commit to reach this replica."""
 _SENT: Final = frozenset({DeliveryOutcome.SENT, DeliveryOutcome.RECOVERED})
-_FAILURE: Final = "TimeoutError"
-"""The error every CI log of the corpus ends with."""
-_DIG_HITS: Final = 3
-_ERROR_MARK: Final = "##[error]"
-_RUN_ID: Final = re.compile(r"\(run (\d+)\)$")
 
 T = TypeVar("T")
 
 
 class ScriptedModel:
-    """Runs `Step`s for one agent; `say` receives one line per notable event."""
+    """Runs `Step`s for one agent; `say` receives one line per notable event.
+
+    What it decides comes from `agents.swarm._policy` (shared with the tests' model
+    stand-in); here it is carried out on the agent directly, step by step in the
+    policy's order."""
 
     def __init__(self, agent: Agent, tally: Tally, *, index: int, say: Callable[[int, str], None]) -> None:
         self.agent = agent
@@ -84,12 +90,12 @@ class ScriptedModel:
         reminder = outcome.text[len(output) :]
         if REMINDER_OPEN.strip() in reminder:
             self.tally.reminders += 1
-            hinted = _tags(reminder)
-            self._say(n, f"Channel 1 ({outcome.measure.band}): reminder names {_spec(hinted) or 'no tags'}")
+            hinted = reminder_drops(reminder)
+            self._say(n, f"Channel 1 ({outcome.measure.band}): reminder names {spec(hinted) or 'no tags'}")
             if hinted:
                 await self._reduce(n, hinted, why="Channel 1 reminder")
         if self.agent.context.message(tag).state == "archived":
-            await self._dig(n, tag, _dig_query(output))
+            await self._dig(n, tag, dig_query(output))
 
     async def _dig(self, n: int, tag: int, query: str) -> None:
         """The prompt shows the archived log §tag§ compact; find the failure without loading it.
@@ -97,21 +103,21 @@ class ScriptedModel:
         The model searches, then reads the hit that is that log. Hits without it are
         reported as unexpected, not papered over by reading the tag it already knew.
         """
-        hits = self.agent.search(query, limit=_DIG_HITS)
+        hits = self.agent.search(query, limit=DIG_HITS)
         self.tally.searches += 1
         listing = "\n".join(f"§{h.tag}§ {h.tool_name or h.kind} ({h.layer}) {h.snippet}" for h in hits) or "no hits"
-        arguments = json.dumps({"query": query, "limit": _DIG_HITS})
+        arguments = json.dumps({"query": query, "limit": DIG_HITS})
         await self._record("ctx_search", arguments, listing, f"{self._calls}-{n}-s")
         found = next((h.tag for h in hits if h.tag == tag), None)
         if found is None:
             returned = ", ".join(f"§{h.tag}§ {h.tool_name or h.kind}" for h in hits) or "no hits"
             self._unexpected(n, f"ctx_search did not return the archived CI log §{tag}§ (it returned {returned})")
             return
-        lines = self.agent.read(found, query=_FAILURE)
+        lines = self.agent.read(found, query=FAILURE)
         self.tally.reads += 1
-        await self._record("ctx_read", json.dumps({"ref": found, "query": _FAILURE}), lines, f"{self._calls}-{n}-r")
-        if _FAILURE not in lines:
-            self._unexpected(n, f"ctx_read of the archived CI log §{found}§ shows no {_FAILURE} line")
+        await self._record("ctx_read", json.dumps({"ref": found, "query": FAILURE}), lines, f"{self._calls}-{n}-r")
+        if FAILURE not in lines:
+            self._unexpected(n, f"ctx_read of the archived CI log §{found}§ shows no {FAILURE} line")
             return
         self._say(n, f"archived CI log §{found}§: found the failure with ctx_search + ctx_read")
 
@@ -143,17 +149,16 @@ class ScriptedModel:
             if item.kind == "tool_result" and item.state == "active" and not item.protected
             and not (item.tool_name or "").startswith("ctx_")
         }  # fmt: skip
-        hinted = [tag for m in fresh for tag in _tags(m.content)]
-        await self._reduce(n, sorted(spent | set(hinted)), why="Channel 2 message")
+        await self._reduce(n, channel2_drops("\n".join(m.content for m in fresh), spent), why="Channel 2 message")
 
-    async def _reduce(self, n: int, tags: list[int], *, why: str) -> None:
-        spec = _spec(tags)
+    async def _reduce(self, n: int, chosen: list[int], *, why: str) -> None:
+        drop = spec(chosen)
         call_id = f"{self._calls}-{n}-reduce{self.tally.reduces}"
-        self._make_call(REDUCE_TOOL_NAME, json.dumps({"drop": spec}), call_id)
+        self._make_call(REDUCE_TOOL_NAME, json.dumps({"drop": drop}), call_id)
         try:
-            plan = self.agent.ctx_reduce(spec)
+            plan = self.agent.ctx_reduce(drop)
         except UsageError as exc:  # DropSpecError, UnknownDropTags: a failed tool call, not a dead worker
-            self.tally.unexpected.append(f"step {n}: ctx_reduce({spec!r}) failed: {exc}")
+            self.tally.unexpected.append(f"step {n}: ctx_reduce({drop!r}) failed: {exc}")
             await self.agent.tool_result(REDUCE_TOOL_NAME, f"error: {exc}", call_id=call_id)
             return
         await self.agent.tool_result(REDUCE_TOOL_NAME, plan.summary(), call_id=call_id)
@@ -180,10 +185,10 @@ class ScriptedModel:
                     # step it died in, so its commit is this process's to count.
                     self.tally.committed += 1
                     self._say(n, f"brief rev {reply.revision}: {op.op} committed{self._how(n, reply)}")
-            case CompleteMine(outcome):
-                await self._complete_mine(n, key, outcome)
-            case AdoptRejected(option, rationale):
-                await self._adopt_rejected(n, key, option, rationale)
+            case CompleteMine():
+                await self._complete_mine(n, key, intent)
+            case AdoptRejected():
+                await self._adopt_rejected(n, key, intent)
 
     def _how(self, n: int, reply: Committed) -> str:
         """How a commit came about, when not at the first try: a duplicate answers a key
@@ -195,28 +200,31 @@ class ScriptedModel:
             return " before the restart"
         return " (confirmed on retry)"
 
-    async def _complete_mine(self, n: int, key: str, outcome: str) -> None:
+    def _op(self, intent: Intent) -> BriefOp | None:
+        return intent_op(intent, self.agent.brief, index=self.index)
+
+    async def _complete_mine(self, n: int, key: str, intent: CompleteMine) -> None:
         text = pending_text(self.index)
-        item_id = await self._wait_for(lambda: next((p.id for p in self.agent.brief.pending if p.text == text), None))
-        if item_id is None:
+        op = await self._wait_for(lambda: self._op(intent))
+        if not isinstance(op, Complete):
             if not any(d.text == text for d in self.agent.brief.done):
                 self.tally.unexpected.append(f"step {n}: pending item {text!r} never reached the brief")
             return
-        reply = await self.agent.propose(Complete(item_id=item_id, outcome=outcome), key=key)
+        reply = await self.agent.propose(op, key=key)
         if isinstance(reply, Committed):
             self.tally.committed += 1
-            self._say(n, f"brief rev {reply.revision}: completed {item_id}{self._how(n, reply)}")
+            self._say(n, f"brief rev {reply.revision}: completed {op.item_id}{self._how(n, reply)}")
         else:
             self.tally.unexpected.append(f"step {n}: complete refused: {reply.reason}")
 
-    async def _adopt_rejected(self, n: int, key: str, option: str, rationale: str) -> None:
+    async def _adopt_rejected(self, n: int, key: str, intent: AdoptRejected) -> None:
         """Propose a rejected option as if the brief had not been read; expect a refusal."""
-        norm = normalize(option)
-        seen = await self._wait_for(lambda: any(r.norm == norm for r in self.agent.brief.rejected) or None)
-        if seen is None:
+        option = intent.option
+        op: BriefOp | None = await self._wait_for(lambda: self._op(intent))
+        if op is None:
             self.tally.unexpected.append(f"step {n}: {option!r} was never rejected in the brief")
             return
-        reply = await self.agent.propose(AddDecision(option=option, rationale=rationale), key=key)
+        reply = await self.agent.propose(op, key=key)
         if isinstance(reply, Rejection) and reply.code is RejectionCode.REJECTED_OPTION:
             self.tally.refusals.append(Refusal(option=option, code=str(reply.code), reason=reply.reason))
             self._say(n, f"tried to adopt {option!r}: refused: {reply.reason}")
@@ -229,22 +237,3 @@ class ScriptedModel:
                 await anyio.sleep(0.05)
             return found
         return None
-
-
-def _dig_query(output: str) -> str:
-    """What the model searches an archived CI log with: the run id on its `##[error]`
-    line (e.g. `4810027`, shown in the compact form), which no other log of the agent
-    has. Not the failure: every earlier CI log, search and read holds the same
-    TimeoutError, and BM25 ranks those short records above an 8k-token log. Not the run
-    time either: two logs of one agent can take the same number of seconds."""
-    error = next((line for line in reversed(output.splitlines()) if line.startswith(_ERROR_MARK)), "")
-    run = _RUN_ID.search(error)
-    return run.group(1) if run else _FAILURE
-
-
-def _tags(text: str) -> list[int]:
-    return sorted({int(t) for t in _TAG.findall(text)})
-
-
-def _spec(tags: list[int]) -> str:
-    return ",".join(map(str, tags))

@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
-from agents.swarm._config import SwarmConfig
 from schemas import Channel2Cycle, Refusal, RejectionCode
 
 if TYPE_CHECKING:  # the runner builds the report from its own status objects
+    from agents.swarm._config import SwarmPlan
     from agents.swarm._runner import AgentStatus
 
-__all__ = ["AgentReport", "LogState", "SwarmRefusal", "SwarmReport", "UnreportedAgent"]
+__all__ = ["AgentReport", "LogState", "SwarmRefusal", "SwarmReport", "UnreportedAgent", "judge_scenario"]
 
 _DELIVERED = "delivered"
 _ERRORS_QUOTED = 10
@@ -60,6 +60,13 @@ class AgentReport(BaseModel):
     resumed_from: int | None
     killed_at: int | None
     unexpected: list[str]
+    model_prompt_tokens: int = 0
+    """Prompt tokens the model's endpoint reported, all turns together (`swarm run`)."""
+    model_cached_tokens: int = 0
+    """Of those, the ones it served from its prefix cache."""
+    model_completion_tokens: int = 0
+    stopped: str | None = None
+    """Why the agent's loop stopped (`swarm run`): final_answer, max_turns, task_done."""
 
 
 class LogState(BaseModel):
@@ -113,7 +120,8 @@ class SwarmReport(BaseModel):
     errors_logged: list[str]
     """ERROR lines logged during the run (the runner's process, the coordinator's when it
     runs there, and every agent's log): must be none."""
-    victim: str
+    victim: str | None
+    """The agent the run SIGKILLs and restarts (the demo's); None when none is."""
     agents: list[AgentReport]
     """The agents that reported."""
     unreported: list[UnreportedAgent]
@@ -136,7 +144,7 @@ class SwarmReport(BaseModel):
     @classmethod
     def build(
         cls,
-        config: SwarmConfig,
+        config: SwarmPlan,
         statuses: Sequence[AgentStatus],
         log_state: LogState,
         errors_logged: Sequence[str] = (),
@@ -181,6 +189,10 @@ class SwarmReport(BaseModel):
                     resumed_from=tally.resumed_from,
                     killed_at=status.killed_at,
                     unexpected=tally.unexpected,
+                    model_prompt_tokens=tally.model_prompt_tokens,
+                    model_cached_tokens=tally.model_cached_tokens,
+                    model_completion_tokens=tally.model_completion_tokens,
+                    stopped=tally.stopped,
                 )
             )
             refusals += [SwarmRefusal(agent=r.agent, **f.model_dump()) for f in tally.refusals]
@@ -210,8 +222,10 @@ class SwarmReport(BaseModel):
 
 
 def _judge(
-    config: SwarmConfig, agents: list[AgentReport], refusals: list[SwarmRefusal], revision: int, log_hash: str
+    config: SwarmPlan, agents: list[AgentReport], refusals: list[SwarmRefusal], revision: int, log_hash: str
 ) -> list[str]:
+    """What every swarm must show (one brief, one Channel 2 message per cycle, nothing
+    unexpected), then what this kind of run promises besides (`SwarmPlan.judge`)."""
     failures = []
     for a in agents:
         if a.hash != log_hash or a.revision != revision:
@@ -219,6 +233,16 @@ def _judge(
                 f"{a.agent} holds brief rev {a.revision} hash {a.hash[:12]}, the log rev {revision} hash {log_hash[:12]}"
             )
         failures += _channel2_failures(a)
+        failures += [f"{a.agent}: {what}" for what in a.unexpected]
+    return failures + config.judge(agents, refusals)
+
+
+def judge_scenario(
+    steps: int, victim: str, agents: Sequence[AgentReport], refusals: Sequence[SwarmRefusal]
+) -> list[str]:
+    """What the demo's scenario promises of a run of `steps` steps."""
+    failures = []
+    for a in agents:
         if a.missing_constraints:
             failures.append(
                 f"{a.agent}'s pinned context (brief block aside) lost constraints its user stated: "
@@ -230,16 +254,15 @@ def _judge(
             failures.append(
                 f"{a.agent}'s prompt ({a.prompt_tokens:,} tokens) is not smaller than its history ({a.history_tokens:,})"
             )
-        if a.steps != config.steps:
-            failures.append(f"{a.agent} ran {a.steps} of {config.steps} steps")
-        failures += [f"{a.agent}: {what}" for what in a.unexpected]
+        if a.steps != steps:
+            failures.append(f"{a.agent} ran {a.steps} of {steps} steps")
     if not any("channel2" in a.bands and a.channel2_messages for a in agents):
         failures.append("no agent reached Channel 2")
     if not any(r.code == RejectionCode.REJECTED_OPTION for r in refusals):
         failures.append("nobody was refused when re-adopting the rejected option")
-    victim = next((a for a in agents if a.agent == config.victim), None)
-    if victim is None or victim.killed_at is None or victim.starts < 2 or not victim.resumed_from:
-        failures.append(f"{config.victim} was not killed and resumed from its store")
+    resumed = next((a for a in agents if a.agent == victim), None)
+    if resumed is None or resumed.killed_at is None or resumed.starts < 2 or not resumed.resumed_from:
+        failures.append(f"{victim} was not killed and resumed from its store")
     return failures
 
 

@@ -14,7 +14,6 @@ the demo, included) and the ERROR lines of every agent's log.
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 from pydantic import ValidationError
 
-from agents.swarm._config import RUNNER_CREDENTIALS, SwarmConfig, SwarmError
+from agents.swarm._config import RUNNER_CREDENTIALS, SwarmError, SwarmPlan
 from agents.swarm._report import LogState, SwarmReport
 from agents.swarm._scenario import agent_name
 from bus import BriefLog, BriefState, BusConfig, Credentials, close_quietly, connect
@@ -79,7 +78,7 @@ class _ErrorRecords(logging.Handler):
 class SwarmRunner:
     """Runs one swarm; `agents` and `events` show its progress while `run` is going."""
 
-    def __init__(self, config: SwarmConfig) -> None:
+    def __init__(self, config: SwarmPlan) -> None:
         self.config = config
         self.agents = [AgentStatus(agent_name(i)) for i in range(config.agents)]
         self.events: deque[Note] = deque(maxlen=_EVENTS_KEPT)
@@ -224,15 +223,9 @@ class SwarmRunner:
                 status.result, status.state = event, "reported"
 
     def _command(self, index: int, status: AgentStatus) -> list[str]:
-        c = self.config
-        return [
-            sys.executable, "-m", "agents.swarm._worker",
-            "--nats", c.nats_url, "--domain", str(c.domain),
-            "--index", str(index), "--agents", str(c.agents),
-            "--steps", str(c.steps), "--step-delay", str(c.step_delay),
-            "--store", str(self._agents_dir / f"{status.name}.db"),
-            *(("--credentials", str(path)) if (path := c.credentials(status.name)) else ()),
-        ]  # fmt: skip
+        command = self.config.worker(index, self._agents_dir / f"{status.name}.db")
+        path = self.config.credentials(status.name)
+        return command + (["--credentials", str(path)] if path else [])
 
     def _log_path(self, status: AgentStatus) -> Path:
         return self._agents_dir / f"{status.name}.log"

@@ -13,28 +13,22 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Final
 
 import anyio
 
 from agents.context import ContextConfig
-from agents.nudges import Channel2Lease, Channel2LeaseConfig, DirectiveState
-from agents.runtime import Agent, AgentConfig
+from agents.runtime import Agent
 from agents.swarm._constraints import missing_from_brief, missing_from_pinned
 from agents.swarm._model import ScriptedModel
-from agents.swarm._scenario import CONSTRAINTS, agent_name, step, user_constraints
-from bus import BusConfig, Credentials, Leases, RepeatFilter, close_quietly, configure_from_env, connect, run_async
+from agents.swarm._process import agent_result, connect_agent, emit, report_request, worker_main, worker_parser
+from agents.swarm._scenario import CONSTRAINTS, step, user_constraints
+from bus import Leases, close_quietly
 from schemas import (
     AgentResult,
-    Channel2Cycle,
-    Domain,
-    Event,
-    EventAdapter,
     Finished,
     Note,
     Progress,
-    ReportRequest,
     Tally,
 )
 
@@ -47,52 +41,23 @@ SWARM_CONTEXT: Final = ContextConfig(window=200_000, archive_threshold=5_000)
 tokens) are archived, everything else (~3k) stays inline until dropped."""
 CLAIM_TTL: Final = 2.0
 """Channel 2 claim TTL: a claim left by the killed agent frees its cycle quickly."""
-HEARTBEAT: Final = 0.5
-REPORT_WAIT: Final = 30.0
 _TALLY_KEY: Final = "swarm:tally"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one agent; exit code 0 once it has printed its result."""
-    args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(RepeatFilter())  # an outage's retries: one line, then a count
-    configure_from_env("ctxbus-agent")  # traces over OTLP, where OTEL_EXPORTER_OTLP_ENDPOINT asks for them
-    return run_async(_run, args)
+    return worker_main(_parser(), _run, argv)
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m agents.swarm._worker", description=__doc__)
-    parser.add_argument("--nats", required=True, help="NATS URL")
-    parser.add_argument("--domain", required=True, type=Domain.parse)
-    parser.add_argument("--index", required=True, type=int, help="0-based position in the swarm")
-    parser.add_argument("--agents", required=True, type=int, help="swarm size")
+    parser = worker_parser("python -m agents.swarm._worker", __doc__)
     parser.add_argument("--steps", required=True, type=int)
     parser.add_argument("--step-delay", type=float, default=0.0, help="seconds the 'model' thinks per step")
-    parser.add_argument("--store", required=True, type=Path, help="the agent's SQLite file")
-    parser.add_argument("--credentials", type=Path, help="the agent's credentials, on a server with auth")
     return parser
 
 
-def _emit(event: Event) -> None:
-    sys.stdout.write(EventAdapter.dump_json(event).decode() + "\n")
-    sys.stdout.flush()
-
-
 async def _run(args: argparse.Namespace) -> int:
-    name = agent_name(args.index)
-    credentials = Credentials.load(args.credentials) if args.credentials else None
-    client = await connect(BusConfig(servers=[args.nats], name=name, credentials=credentials))
-    config = AgentConfig(
-        agent_id=name,
-        domain=args.domain,
-        store=args.store,
-        context=SWARM_CONTEXT,
-        heartbeat=HEARTBEAT,
-        channel2=Channel2LeaseConfig(claim_ttl=CLAIM_TTL),
-        trusted_signers=credentials.trusted_signers if credentials else (),
-    )
+    client, config = await connect_agent(args, SWARM_CONTEXT, claim_ttl=CLAIM_TTL)
     agent = Agent(client, config)
     saved_revision = agent.status()["brief_revision"]  # resumed from the store, before the bus
     try:
@@ -115,7 +80,7 @@ async def _play(agent: Agent, args: argparse.Namespace, leases: Leases, *, saved
     _save_tally(agent, tally)
 
     def say(n: int, text: str) -> None:
-        _emit(Note(agent=agent.id, step=n + 1, text=text))
+        emit(Note(agent=agent.id, step=n + 1, text=text))
 
     if tally.resumed_from is not None:
         say(tally.step - 1, f"restarted (pid {os.getpid()}): resumed at step {tally.step} from its store, "
@@ -129,7 +94,7 @@ async def _play(agent: Agent, args: argparse.Namespace, leases: Leases, *, saved
         tally.step = n + 1
         _save_tally(agent, tally)
         messages = agent.context.messages()
-        _emit(
+        emit(
             Progress(
                 agent=agent.id,
                 pid=os.getpid(),
@@ -146,14 +111,10 @@ async def _play(agent: Agent, args: argparse.Namespace, leases: Leases, *, saved
             )
         )
         await anyio.sleep(args.step_delay)
-    _emit(Finished(agent=agent.id))
-    line = await anyio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
-    if not line:
-        log.error("the swarm runner went away before asking for a report")
+    emit(Finished(agent=agent.id))
+    if not await report_request(agent):
         return 3
-    request = ReportRequest.model_validate_json(line)
-    await agent.replica.wait_for(request.revision, timeout=REPORT_WAIT)
-    _emit(await _result(agent, tally, leases, own=user_constraints(args.index, args.steps)))
+    emit(await _result(agent, tally, leases, own=user_constraints(args.index, args.steps)))
     return 0
 
 
@@ -163,26 +124,13 @@ async def _result(agent: Agent, tally: Tally, leases: Leases, *, own: Sequence[s
     :param own: the constraints this agent's own user stated; they must be in its
         pinned layer, and the lead's `CONSTRAINTS` in the brief block, each apart.
     """
-    composition = agent.compose()
-    messages = agent.context.messages()
-    lease = Channel2Lease(leases, agent.host, domain=agent.domain, agent_id=agent.id)
-    cycles = []
-    for cycle in range(agent.channel2.state.cycle + 1):
-        view = await lease.inspect(cycle)
-        in_host = await agent.host.already_delivered(lease.directive_id(cycle))
-        if view.state is not DirectiveState.ABSENT or in_host:
-            cycles.append(Channel2Cycle(cycle=cycle, lease=str(view.state), in_host=in_host))
-    return AgentResult(
-        agent=agent.id,
-        tally=tally,
-        prompt_tokens=composition.report.total,
-        history_tokens=sum(m.tokens for m in messages),
-        synthetic_messages=sum(m.kind == "synthetic" for m in messages),
-        cycles=cycles,
-        missing_constraints=missing_from_pinned(composition.layers, own),
-        missing_from_brief=missing_from_brief(composition.layers, CONSTRAINTS),
-        revision=agent.replica.revision,
-        hash=agent.replica.hash,
+    layers = agent.compose().layers
+    return await agent_result(
+        agent,
+        tally,
+        leases,
+        missing_constraints=missing_from_pinned(layers, own),
+        missing_from_brief=missing_from_brief(layers, CONSTRAINTS),
     )
 
 

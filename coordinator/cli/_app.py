@@ -37,7 +37,9 @@ class Listed:
 
 
 COMMANDS: Final = {
-    "swarm": Listed("_swarm_cmds", "Start here", "Run a swarm of agents on one task, on an embedded NATS server."),
+    "swarm": Listed(
+        "_swarm_cmds", "Start here", "Run a swarm of agents on one task: scripted (demo), or on a real model (run)."
+    ),
     "up": Listed(
         "_serve_cmds", "Servers", "Start NATS and a coordinator in one foreground process: everything agents need."
     ),

@@ -1,4 +1,5 @@
-"""`ctxbus swarm demo`: the main job on the embedded default, in one command.
+"""`ctxbus swarm demo` (the main job on the embedded default, in one command) and
+`ctxbus swarm run` (agent loops on a real model).
 
 This module only wires things up and draws them: the embedded NATS server and an
 in-process coordinator come from here, the agent processes and the scenario from
@@ -14,7 +15,7 @@ import tempfile
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import anyio
 import typer
@@ -27,13 +28,18 @@ from rich.text import Text
 from agents.swarm import (
     DEADLINE_FLOOR,
     DEFAULT_AGENTS,
+    DEFAULT_MAX_TURNS,
+    DEFAULT_RUN_WINDOW,
     DEFAULT_STEP_DELAY,
     DEFAULT_STEPS,
     MAX_AGENTS,
+    RUN_TOOLS,
     RUNNER_CREDENTIALS,
     STEP_MARGIN,
     InvalidSwarmConfig,
+    RunConfig,
     SwarmConfig,
+    SwarmPlan,
     SwarmReport,
     SwarmRunner,
     agent_name,
@@ -43,7 +49,7 @@ from bus import AuthStore, BusConfig, Credentials, EmbeddedServer, close_quietly
 from coordinator import Coordinator, CoordinatorConfig
 from coordinator.cli._app import command_set
 from coordinator.cli._auth_cmds import TENANT_COORDINATOR
-from coordinator.cli._common import console, coordinator_config, errors, print_json
+from coordinator.cli._common import console, coordinator_config, errors, parse_domain, print_json
 from coordinator.cli._running import INTERRUPTED, one_error, until_signal
 from schemas import Domain, brief_hash
 
@@ -52,7 +58,7 @@ __all__ = ["commands"]
 commands = command_set()
 
 swarm_app = typer.Typer(
-    help="Run a swarm of agents on one task, on an embedded NATS server.",
+    help="Run a swarm of agents on one task: scripted (demo), or on a real model (run).",
     no_args_is_help=True,
     rich_markup_mode="markdown",
 )
@@ -63,6 +69,19 @@ _STATE_STYLE = {
     "running": "green", "killed": "bold red", "finished": "cyan", "reported": "bold green", "failed": "red",
     "stopped": "yellow",
 }  # fmt: skip
+
+_DataDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--data-dir",
+        help="Keep every agent's SQLite file and log here (and NATS' store, when embedded).",
+        show_default="a temp dir, removed after a clean run",
+    ),
+]
+_JsonReportOption = Annotated[
+    bool,
+    typer.Option("--json", help="No live view; print the report as JSON (data_kept: whether data_dir is still there)."),
+]
 
 
 @swarm_app.command("demo")
@@ -86,19 +105,8 @@ def demo(
             show_default=f"{DEADLINE_FLOOR:.0f} + --steps x (--step-delay + {STEP_MARGIN:g})",
         ),
     ] = None,
-    data_dir: Annotated[
-        Path | None,
-        typer.Option(
-            help="Keep NATS' store and every agent's SQLite file and log here.",
-            show_default="a temp dir, removed after a clean run",
-        ),
-    ] = None,
-    as_json: Annotated[
-        bool,
-        typer.Option(
-            "--json", help="No live view; print the report as JSON (data_kept: whether data_dir is still there)."
-        ),
-    ] = False,
+    data_dir: _DataDirOption = None,
+    as_json: _JsonReportOption = False,
     auth: Annotated[
         bool,
         typer.Option(
@@ -155,11 +163,16 @@ def demo(
             credentials_dir=None if store is None else store.credentials_path(domain.user, "x").parent,
         )  # fmt: skip
 
-    report = run_async(_demo, root, config_for, as_json, store)
+    _finish(run_async(_demo, root, config_for, as_json, store), root, keep=data_dir is not None, as_json=as_json)
+
+
+def _finish(report: SwarmReport | None, root: Path, *, keep: bool, as_json: bool) -> NoReturn:
+    """Print the report (or that the run was interrupted), drop the data of a clean run
+    in a temp dir, and exit: 0 if every invariant held, 1 if not."""
     if report is None:
         errors.print(f"interrupted: every process stopped; agent stores and logs kept in {escape(str(root))}")
         raise typer.Exit(INTERRUPTED)
-    keep = data_dir is not None or not report.ok  # a failed run's files say what went wrong
+    keep = keep or not report.ok  # a failed run's files say what went wrong
     if not keep:
         shutil.rmtree(root, ignore_errors=True)
     if as_json:
@@ -169,6 +182,107 @@ def demo(
         if keep:
             console.print(f"[dim]data kept in {escape(str(root))}[/]")
     raise typer.Exit(0 if report.ok else 1)
+
+
+@swarm_app.command("run")
+def run(
+    base_url: Annotated[
+        str,
+        typer.Option(
+            "--base-url",
+            metavar="URL",
+            help="The model's OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (vLLM), "
+            "http://127.0.0.1:11434/v1 (Ollama), http://127.0.0.1:8080/v1 (llama.cpp).",
+        ),
+    ],
+    model: Annotated[str, typer.Option("--model", metavar="NAME", help="The model's name at that endpoint.")],
+    task: Annotated[
+        Path, typer.Option("--task", metavar="FILE.md", help="The task: every agent's first user message.")
+    ],
+    agents: Annotated[
+        int, typer.Option("--agents", "-n", metavar="N", help=f"Agent processes to run, 1 to {MAX_AGENTS}.")
+    ] = DEFAULT_AGENTS,
+    tools: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--tools",
+            metavar="TOOL",
+            help=f"Optional tools besides the built-in ones ({', '.join(RUN_TOOLS)}): bash runs in --workdir "
+            "with a timeout and an output cap (not a sandbox).",
+        ),
+    ] = None,
+    workdir: Annotated[
+        Path | None,
+        typer.Option(metavar="DIR", help="Where bash runs.", show_default="the current directory"),
+    ] = None,
+    window: Annotated[int, typer.Option(metavar="TOKENS", help="The model's context window.")] = DEFAULT_RUN_WINDOW,
+    max_turns: Annotated[
+        int, typer.Option(metavar="K", help="Model calls per agent at most (counted across restarts).")
+    ] = DEFAULT_MAX_TURNS,
+    nats: Annotated[
+        str | None,
+        typer.Option(
+            "--nats",
+            metavar="URL",
+            help="Run on this NATS server (with JetStream) instead of an embedded one; a coordinator runs here too.",
+        ),
+    ] = None,
+    domain: Annotated[
+        Domain | None,
+        typer.Option(
+            "--domain",
+            "-d",
+            metavar="USER/SESSION/TASK",
+            parser=parse_domain,
+            help="The task's domain.",
+            show_default="run/<random>/task",
+        ),
+    ] = None,
+    deadline: Annotated[
+        float | None,
+        typer.Option(metavar="SECONDS", help="Give up (exit 1, data kept) if the run is not over by then."),
+    ] = None,
+    data_dir: _DataDirOption = None,
+    as_json: _JsonReportOption = False,
+) -> None:
+    """Run N agents on a real model and one task: an agent loop per process, one shared brief.
+
+    Each agent is a loop (`agents.loop`): compose its context inside --window, ask the
+    model at --base-url (any OpenAI-compatible endpoint: vLLM, Ollama, llama.cpp's
+    server, LiteLLM, OpenAI), run the tools it calls, record the results. The tools are
+    ctx_search, ctx_read, ctx_reduce, brief_get and brief_propose, and bash with
+    `--tools bash`. A loop stops at the model's final answer, at --max-turns, or when
+    the brief is closed. The API key comes from CTXBUS_MODEL_API_KEY or OPENAI_API_KEY
+    (local servers need none). Model calls are retried on 429, 5xx, timeouts and an
+    endpoint that is down; one that stays down stops its agent with an error, its store
+    kept for a restart.
+
+    Starts an embedded NATS server (unless --nats) and a coordinator. The report compares
+    each agent's prompt with its full history, shows the prompt and cached tokens the
+    endpoint reported, the nudge bands, Channel 1 reminders and Channel 2 deliveries,
+    and checks that every agent holds the same brief. Exit code 0 if every agent
+    reported and the invariants hold, 1 otherwise.
+    """
+    root = data_dir or Path(tempfile.mkdtemp(prefix="ctxbus-run-"))
+    if data_dir is not None and any((data_dir / "agents").glob("*.db")):
+        raise typer.BadParameter(
+            f"{data_dir} already holds a swarm run; pass a new or empty directory", param_hint="--data-dir"
+        )
+    chosen = domain or Domain.parse(f"run/{uuid.uuid4().hex[:8]}/task")
+    try:
+        settings = RunConfig(
+            nats_url=nats or "nats://127.0.0.1:1", domain=chosen, data_dir=root, base_url=base_url, model=model,
+            task=task.resolve(), agents=agents, tools=tuple(t for given in tools or () for t in given.split(",") if t),
+            workdir=(workdir or Path.cwd()).resolve(), window=window, max_turns=max_turns, deadline=deadline,
+        )  # fmt: skip
+    except InvalidSwarmConfig as exc:
+        raise typer.BadParameter(exc.message, param_hint=exc.option) from None
+
+    def config_for(url: str) -> RunConfig:
+        return dataclasses.replace(settings, nats_url=url)
+
+    report = run_async(_demo, root, config_for, as_json, None, nats)
+    _finish(report, root, keep=data_dir is not None, as_json=as_json)
 
 
 def _demo_principals(directory: Path, domain: Domain, agents: int) -> AuthStore:
@@ -186,30 +300,41 @@ def _demo_principals(directory: Path, domain: Domain, agents: int) -> AuthStore:
 
 
 async def _demo(
-    root: Path, config_for: Callable[[str], SwarmConfig], quiet: bool, store: AuthStore | None
+    root: Path,
+    config_for: Callable[[str], SwarmPlan],
+    quiet: bool,
+    store: AuthStore | None,
+    nats: str | None = None,
 ) -> SwarmReport | None:
-    """Server, coordinator, swarm; None if SIGINT/SIGTERM stopped the run (cancelling
-    the run kills the agent processes; the server is stopped even while it starts)."""
+    """Server (embedded, unless `nats` names one), coordinator, swarm; None if
+    SIGINT/SIGTERM stopped the run (cancelling the run kills the agent processes; the
+    server is stopped even while it starts)."""
     reports: list[SwarmReport] = []
 
+    async def swarm_on(url: str) -> None:
+        config = config_for(url)
+        credentials = None if store is None else store.credentials(config.domain.user, TENANT_COORDINATOR)
+        client = await connect(BusConfig(servers=[url], name="swarm-demo", credentials=credentials))
+        try:
+            with one_error():
+                async with anyio.create_task_group() as tg:
+                    coordinator = Coordinator(client, _demo_coordinator_config(credentials))
+                    await tg.start(coordinator.run)
+                    report = await _swarm(config, quiet)
+                    reports.append(report.failing(*_cache_failures(coordinator, config.domain, report)))
+                    tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await close_quietly(client)
+
     async def body() -> None:
+        if nats is not None:
+            await swarm_on(nats)
+            return
         server = EmbeddedServer(root / "nats", port=0, auth=store)
         try:
             await anyio.to_thread.run_sync(server.start)
-            config = config_for(server.url)
-            credentials = None if store is None else store.credentials(config.domain.user, TENANT_COORDINATOR)
-            client = await connect(BusConfig(servers=[server.url], name="swarm-demo", credentials=credentials))
-            try:
-                with one_error():
-                    async with anyio.create_task_group() as tg:
-                        coordinator = Coordinator(client, _demo_coordinator_config(credentials))
-                        await tg.start(coordinator.run)
-                        report = await _swarm(config, quiet)
-                        reports.append(report.failing(*_cache_failures(coordinator, config.domain, report)))
-                        tg.cancel_scope.cancel()
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await close_quietly(client)
+            await swarm_on(server.url)
         finally:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(server.stop)
@@ -241,7 +366,7 @@ def _cache_failures(coordinator: Coordinator, domain: Domain, report: SwarmRepor
     return []
 
 
-async def _swarm(config: SwarmConfig, quiet: bool) -> SwarmReport:
+async def _swarm(config: SwarmPlan, quiet: bool) -> SwarmReport:
     runner = SwarmRunner(config)
     if quiet:
         return await runner.run()
@@ -340,14 +465,22 @@ def _agents_table(runner: SwarmRunner, columns: tuple[str, ...]) -> Table:
 
 _REPORT_COLUMNS = ("agent", "prompt", "full history", "saved", "bands reached", "reminders", "ctx_reduce",
                    "ch2 delivered", "ch2 msgs", "brief rev", "brief hash", "starts")  # fmt: skip
+_MODEL_COLUMNS = ("turns", "API prompt", "API cached", "stopped")
+"""Shown after the others for a run on a real model (`swarm run`)."""
 
 
 def _print_report(report: SwarmReport) -> None:
     console.print()
     title = f"report: {report.domain}, {report.elapsed_s:.0f}s"
+    scripted = report.victim is not None
+    columns = _REPORT_COLUMNS if scripted else _REPORT_COLUMNS + _MODEL_COLUMNS
     rows: list[tuple[str, list[str | Text]]] = []
     for a in report.agents:
         delivered = sum(c.lease == "delivered" for c in a.channel2_cycles)
+        cached = a.model_cached_tokens / max(a.model_prompt_tokens, 1)
+        model = [] if scripted else [
+            str(a.steps), f"{a.model_prompt_tokens:,}", f"{a.model_cached_tokens:,} ({cached:.0%})", a.stopped or "-",
+        ]  # fmt: skip
         rows.append((a.agent, [
             a.agent,
             f"{a.prompt_tokens:,}",
@@ -355,23 +488,24 @@ def _print_report(report: SwarmReport) -> None:
             f"{1 - a.prompt_tokens / max(a.history_tokens, 1):.0%}",
             " > ".join(a.bands),
             str(a.reminders),
-            f"{a.reduces} ({a.dropped} tags)",
+            f"{a.reduces} ({a.dropped} tags)" if scripted else str(a.reduces),
             str(delivered),
             str(a.channel2_messages),
             str(a.revision),
             a.hash[:12],
             str(a.starts),
+            *model,
         ]))  # fmt: skip
     for u in report.unreported:
         rows.append((u.agent, [Text(u.agent, style="red"), Text(f"no report ({u.state})", style="red")]))
     rows.sort(key=lambda row: _agent_number(row[0]))
     table = Table(title=title, show_edge=False, title_justify="left")
-    for name in _REPORT_COLUMNS:
+    for name in columns:
         table.add_column(name, justify="left" if name in _LEFT else "right")
     for _, cells in rows:
-        table.add_row(*cells, *["-"] * (len(_REPORT_COLUMNS) - len(cells)))
+        table.add_row(*cells, *["-"] * (len(columns) - len(cells)))
     if not _fits(table):
-        table = _report_records(title, [cells for _, cells in rows])
+        table = _report_records(title, [cells for _, cells in rows], columns)
     console.print(table)
     reported, everyone = len(report.agents), len(report.agents) + len(report.unreported)
     scope = "every agent" if not report.unreported else f"every reporting agent ({reported} of {everyone})"
@@ -387,9 +521,11 @@ def _print_report(report: SwarmReport) -> None:
         same = "NOT the same everywhere"
     console.print(f"brief: rev {report.log_revision}, hash {report.log_hash[:12]}, {same}")
     only = f" (on the {reported} of {everyone} that reported)" if report.unreported else ""
-    if report.agents and not any(a.missing_constraints for a in report.agents):
+    if not scripted:
+        _print_model_totals(report)
+    if scripted and report.agents and not any(a.missing_constraints for a in report.agents):
         console.print(f"constraints: each agent's own, as its user stated them, are still pinned in its context{only}")
-    if report.agents and not any(a.missing_from_brief for a in report.agents):
+    if scripted and report.agents and not any(a.missing_from_brief for a in report.agents):
         console.print(f"constraints: the brief in every agent's final prompt still holds agent-1's three{only}")
     for r in report.refusals:
         console.print(f"re-adoption refused: {r.agent} proposed {r.option!r}: {r.reason}", markup=False)
@@ -406,7 +542,22 @@ def _print_report(report: SwarmReport) -> None:
         console.print(f"[bold red]FAILED:[/] {escape(failure)}")
 
 
-def _report_records(title: str, rows: list[list[str | Text]]) -> Table:
+def _print_model_totals(report: SwarmReport) -> None:
+    """What the endpoint reported, all agents together, and the nudges the models were shown."""
+    prompt = sum(a.model_prompt_tokens for a in report.agents)
+    cached = sum(a.model_cached_tokens for a in report.agents)
+    composed = sum(a.prompt_tokens for a in report.agents)
+    history = sum(a.history_tokens for a in report.agents)
+    console.print(
+        f"model: {prompt:,} prompt tokens reported over every turn, {cached:,} of them cached "
+        f"({cached / max(prompt, 1):.0%}); final prompts {composed:,} tokens against {history:,} of full history"
+    )
+    reminders = sum(a.reminders for a in report.agents)
+    delivered = sum(c.lease == "delivered" for a in report.agents for c in a.channel2_cycles)
+    console.print(f"nudges: {reminders} Channel 1 reminders shown, {delivered} Channel 2 cycles delivered")
+
+
+def _report_records(title: str, rows: list[list[str | Text]], columns: tuple[str, ...] = _REPORT_COLUMNS) -> Table:
     """The report as one record per agent, its figures named in words: what a screen too
     narrow for the table shows instead."""
     grid = Table.grid(padding=(0, 2))
@@ -414,16 +565,21 @@ def _report_records(title: str, rows: list[list[str | Text]]) -> Table:
     grid.add_column(no_wrap=True)
     grid.add_column()
     for cells in rows:
-        if len(cells) < len(_REPORT_COLUMNS):  # an agent that never reported
+        if len(cells) < len(columns):  # an agent that never reported
             grid.add_row(*cells)
             continue
-        f = dict(zip(_REPORT_COLUMNS, cells, strict=True))
+        f = dict(zip(columns, cells, strict=True))
+        model = (
+            f"\nturns {f['turns']}; API prompt {f['API prompt']}, cached {f['API cached']}; stopped {f['stopped']}"
+            if "turns" in f
+            else ""
+        )
         grid.add_row(
             f["agent"],
             f"prompt {f['prompt']} tokens, full history {f['full history']} ({f['saved']} saved)\n"
             f"bands {f['bands reached']}; reminders {f['reminders']}; ctx_reduce {f['ctx_reduce']}\n"
             f"ch2 delivered {f['ch2 delivered']}, ch2 msgs {f['ch2 msgs']}; "
-            f"brief rev {f['brief rev']}, hash {f['brief hash']}; starts {f['starts']}",
+            f"brief rev {f['brief rev']}, hash {f['brief hash']}; starts {f['starts']}{model}",
         )
     return grid
 

@@ -99,3 +99,42 @@ def test_nothing_is_configured_without_an_endpoint(monkeypatch: pytest.MonkeyPat
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
     assert configure_from_env("ctxbus") is False
+
+
+async def test_the_agent_loop_traces_each_model_call_with_its_usage_and_each_tool_call(
+    nats_url: str, spans: InMemorySpanExporter, tmp_path: Path
+) -> None:
+    """Against the OpenAI-compatible stand-in: a `chat <model>` client span per turn with
+    the GenAI conventions' token usage (cached tokens as the endpoint reported them), and
+    an `execute_tool <name>` span per call, each inside its agent's trace."""
+    from agents.runtime import Agent
+    from tests._support import fresh_domain
+    from tests.loop._standin import MODEL, StandIn, write_corpus
+    from tests.loop._swarm import context_config, looping
+
+    work = tmp_path / "work"
+    write_corpus(work, agents=1, steps=6)
+    domain = fresh_domain()
+    config = AgentConfig(
+        agent_id="agent-1", domain=domain, store=tmp_path / "agent-1.db", context=context_config("agent-1", domain, 1)
+    )
+    async with serving_coordinator(nats_url, coordinator_id="c-loop-traced") as serving:
+        with StandIn(agents=1, steps=6) as standin:
+            async with (
+                Agent.open(serving.client, config) as agent,
+                looping(agent, work, base_url=standin.base_url) as loop,
+            ):
+                stats = await loop.run("Fix the flaky cache tests.")
+    chats = _named(spans, f"chat {MODEL}")
+    assert len(chats) == stats.turns > 1
+    for chat, turn in zip(chats, stats.history, strict=True):
+        assert chat.kind is SpanKind.CLIENT and chat.attributes is not None
+        assert chat.attributes[GEN_AI.OPERATION] == "chat"
+        assert chat.attributes[GEN_AI.REQUEST_MODEL] == MODEL
+        assert chat.attributes[GEN_AI.INPUT_TOKENS] == turn.prompt_tokens > 0
+        assert chat.attributes[GEN_AI.CACHE_READ_TOKENS] == turn.cached_tokens
+        assert chat.attributes[GEN_AI.OUTPUT_TOKENS] == turn.completion_tokens
+    assert sum(turn.cached_tokens for turn in stats.history) > 0, "the stand-in reports cached prefixes"
+    tools = [s for s in spans.get_finished_spans() if s.name.startswith("execute_tool ")]
+    assert tools and all(s.attributes and s.attributes[GEN_AI.TOOL_CALL_ID] for s in tools)
+    assert {s.attributes[GEN_AI.TOOL_NAME] for s in tools if s.attributes} >= {"brief_propose"}

@@ -48,30 +48,22 @@ async def connected(client: NatsClient, store: Path) -> AsyncIterator[tuple[Clie
     """An agent on a fresh domain, joined to its brief and served in process, and an MCP
     client on it. Besides the six tools, the server has `crash`, whose body raises `Bug`
     through the same `ToolCalls` machinery as theirs."""
-    host = McpHost()
     domain = Domain.parse(f"alice/read/{uuid.uuid4().hex[:8]}")
-    agent = Agent(
-        client, AgentConfig(agent_id="claude", domain=domain, store=store, context=host_context(WINDOW)), host=host
-    )
-    host.attach(agent.context)
-    try:
-        async with anyio.create_task_group() as tg:
-            await tg.start(agent.run)
-            server = build_server(agent, host)
-            calls = ToolCalls(agent, host)
+    config = AgentConfig(agent_id="claude", domain=domain, store=store, context=host_context(WINDOW))
+    async with Agent.open(client, config, host_for=McpHost) as agent:
+        assert isinstance(agent.host, McpHost)
+        server = build_server(agent)
+        calls = ToolCalls(agent, agent.host)
 
-            async def crash(detail: str) -> CallToolResult:
-                async def body() -> str:
-                    raise Bug(detail)
+        async def crash(detail: str) -> CallToolResult:
+            async def body() -> str:
+                raise Bug(detail)
 
-                return await calls.run("crash", {"detail": detail}, body)
+            return await calls.run("crash", {"detail": detail}, body)
 
-            server.add_tool(crash)
-            async with Client(server) as mcp:
-                yield mcp, agent
-            tg.cancel_scope.cancel()
-    finally:
-        agent.close()
+        server.add_tool(crash)
+        async with Client(server) as mcp:
+            yield mcp, agent
 
 
 def text(result: CallToolResult) -> str:

@@ -39,16 +39,14 @@ async def connected(
     :param joined: run the agent (its replica joins the brief, which needs the log a
         coordinator creates); brief_propose alone works without.
     """
-    host = McpHost()
     domain = Domain.parse(f"alice/tools/{uuid.uuid4().hex[:8]}")
     config = AgentConfig(agent_id="claude", domain=domain, store=store, context=host_context(window))
-    agent = Agent(client, config, host=host)
-    host.attach(agent.context)
+    agent = Agent(client, config, host_for=McpHost)
     try:
         async with anyio.create_task_group() as tg:
             if joined:
                 await tg.start(agent.run)
-            async with Client(build_server(agent, host, propose_deadline=propose_deadline)) as mcp:
+            async with Client(build_server(agent, propose_deadline=propose_deadline)) as mcp:
                 yield mcp
             tg.cancel_scope.cancel()
     finally:

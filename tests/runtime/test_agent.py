@@ -21,7 +21,7 @@ from anyio.abc import TaskGroup
 
 from agents.context import ContextConfig, LocalContext, StoreError
 from agents.nudges import Channel2LeaseConfig, Delivery, DeliveryOutcome, SqliteNudgeStateStore
-from agents.runtime import Agent, AgentConfig
+from agents.runtime import Agent, AgentConfig, AgentState
 from bus import NatsClient
 from schemas import AddConstraint, Committed, CtxbusError, Domain, InvalidDomain, Reject, UsageError
 from tests._support import running_coordinator
@@ -358,3 +358,40 @@ async def test_an_agent_that_fails_to_build_leaves_its_store_free(
     with pytest.raises(CtxbusError, match="bad.id"):  # refused after the store was opened
         agents.open(nats_client, bad)
     agents.close(agents.open(nats_client, dataclasses.replace(_config(domain, tmp_path), store=store)))
+
+
+async def test_an_opened_agent_runs_in_its_own_task_group_and_closes_on_the_way_out(
+    bus: tuple[NatsClient, TaskGroup], tmp_path: Path
+) -> None:
+    client, _ = bus
+    config = _config(Domain.parse(f"rt/s8/{uuid.uuid4().hex[:8]}"), tmp_path)
+    async with Agent.open(client, config) as agent:
+        assert agent.state is AgentState.RUNNING and agent.replica.joined
+        assert isinstance(await agent.propose(AddConstraint(text="no new services")), Committed)
+    assert agent.state is AgentState.CLOSED
+    with pytest.raises(UsageError, match="closed"):
+        await agent.propose(AddConstraint(text="too late"))
+
+    # An error in the block closes the agent too, and comes out as itself; the store is free.
+    with pytest.raises(KeyError, match="boom"):
+        async with Agent.open(client, config) as again:
+            assert again.brief.constraints[0].text == "no new services"
+            raise KeyError("boom")
+    assert again.state is AgentState.CLOSED
+    async with Agent.open(client, config) as third:
+        assert third.state is AgentState.RUNNING
+
+
+async def test_an_agent_is_opening_until_it_has_joined(
+    bus: tuple[NatsClient, TaskGroup], agents: Agents, tmp_path: Path
+) -> None:
+    client, tg = bus
+    agent = agents.open(client, _config(Domain.parse(f"rt/s9/{uuid.uuid4().hex[:8]}"), tmp_path))
+    assert agent.state is AgentState.OPENING
+    async with anyio.create_task_group() as own:
+        await own.start(agent.run)
+        assert agent.state is AgentState.RUNNING
+        own.cancel_scope.cancel()
+    assert agent.state is AgentState.STOPPED  # run() ended, the store still open
+    agents.close(agent)
+    assert agent.state is AgentState.CLOSED

@@ -12,7 +12,7 @@ from pathlib import Path
 from agents.context import Tokenizer
 from agents.swarm import MAX_AGENTS
 from agents.swarm._corpus import TOOLS, tool_output
-from agents.swarm._model import _dig_query
+from agents.swarm._policy import dig_query as _dig_query
 from agents.swarm._scenario import ADOPTER, AdoptRejected, CompleteMine, Propose, agent_name, step
 from agents.swarm._worker import SWARM_CONTEXT
 

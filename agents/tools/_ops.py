@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from pydantic import ValidationError
 
-from agents.mcp._args import shown
+from agents.tools._args import shown
 from schemas import AGENT_OPS, BriefOp, BriefOpAdapter, UsageError, describe_validation_error
 
 __all__ = ["BadOp", "op_menu", "parse_op"]
