@@ -29,3 +29,23 @@ def test_the_library_example_runs(tmp_path: Path) -> None:
     assert example.proc.returncode == 0, err
     assert "ToolOutcome(" in out
     assert (tmp_path / "a1.db").is_file(), "the agent keeps its store where the example says"
+
+
+def test_the_library_example_sends_its_prompts_to_a_chat_completions_endpoint(tmp_path: Path) -> None:
+    """With a key and an OpenAI-compatible endpoint (the stand-in, which refuses what the
+    API refuses), the example's loop sends every prompt, and none is refused."""
+    from tests.loop._standin import StandIn
+
+    script = tmp_path / "example.py"
+    script.write_text(_python_block_after("## As a library"))
+    with StandIn(agents=1, steps=6) as standin:
+        env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp_path)}
+        env |= {"OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": standin.base_url}
+        with Command(str(script), env=env, program=[sys.executable], cwd=tmp_path) as example:
+            out, err = example.finish(timeout=180)
+        assert example.proc.returncode == 0, err
+        requests = sum(counts.requests for counts in standin.counts.values())
+        assert requests >= 1 and standin.refused() == [], standin.refused()
+    stopped, prompt_tokens, cached_tokens = out.splitlines()[-1].split()
+    assert stopped in ("final_answer", "max_turns") and int(prompt_tokens) > 0, out
+    assert int(cached_tokens) > 0, "the stand-in reports the prefix its previous request shared"
