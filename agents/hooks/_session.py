@@ -303,7 +303,7 @@ def reminder_text(outputs: int, tokens: int, calm: bool, hints: list[str]) -> st
 
     noun = "used tool output" if outputs == 1 else "used tool outputs"
     held = f"{outputs} {noun} (about {approx_tokens(tokens)} tokens)"
-    start = f" (the largest: {', '.join(hints[:3])})" if hints else ""
+    start = f" (start with {', '.join(hints[:3])})" if hints else ""
     if calm:
         return f"[ctxbus] Still held in this conversation: {held}{start}."
     return (

@@ -1,0 +1,171 @@
+"""`ctxbus hook claude-code` fed real Claude Code sessions, event by event.
+
+The bulk of each session goes through `run_claude_code` in this process (the command
+is that function behind a CLI: a process per event would take minutes per session);
+the events a test asserts on go through the real command, as Claude Code runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agents.hooks import hook_agent, run_claude_code
+from bus import BusConfig, free_port
+from schemas import Domain
+from tests.hooks._claude import ClaudeSession, check_output, claude_sessions, context_of
+
+SESSIONS = {path.name: path for path in claude_sessions()}
+
+
+def test_the_anchor_sessions_are_there() -> None:
+    assert len(SESSIONS) >= 10, "the Claude Code anchor sessions are required (set CTXBUS_ANCHORS)"
+
+
+def store_of(state: Path) -> Callable[[Domain, str], Path]:
+    return lambda domain, agent: state.joinpath("agents", *domain.tokens, f"{agent}.db")
+
+
+def hook(payload: dict[str, Any], state: Path, **env: str) -> str:
+    """The real command, as Claude Code runs it: the event on stdin, the answer on stdout."""
+    done = subprocess.run(
+        [sys.executable, "-m", "coordinator.cli", "hook", "claude-code"],
+        input=json.dumps(payload).encode(),
+        capture_output=True,
+        env={**os.environ, "CTXBUS_STATE_DIR": str(state), **env},
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert not done.stderr, done.stderr  # logs go to the hook log, never to the host
+    return done.stdout.decode()
+
+
+def in_process(payload: dict[str, Any], state: Path, *, window: int = 200_000, bus: BusConfig | None = None) -> str:
+    env = {"CTXBUS_STATE_DIR": str(state)}
+    raw = json.dumps(payload).encode()
+    return run_claude_code(raw, env=env, store_of=store_of(state), bus=lambda: bus, window=window)
+
+
+def inspect_pinned(state: Path, session: ClaudeSession) -> list[str]:
+    """The pinned layer as `ctxbus inspect` shows it, for the session's own agent."""
+    agent = hook_agent({}, session.session_id)
+    stores = list((state / "agents").rglob(f"{agent}.db"))
+    assert len(stores) == 1, stores
+    domain = "/".join(stores[0].relative_to(state / "agents").parts[:3])
+    done = subprocess.run(
+        [sys.executable, "-m", "coordinator.cli", "inspect", agent, "-d", domain, "--json"],
+        capture_output=True,
+        env={**os.environ, "CTXBUS_STATE_DIR": str(state), "COLUMNS": "100000"},
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    layers = json.loads(done.stdout)
+    pinned = next(layer for layer in layers if layer["layer"] == "pinned")
+    return [item["text"] for item in pinned["items"] if item["kind"] != "opening"]
+
+
+@pytest.mark.parametrize("name", ["bookminder__day-002__s0.jsonl", "bookminder__day-005__s0.jsonl"])
+def test_every_pinned_rule_is_back_verbatim_after_a_compaction(name: str, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    session = ClaudeSession(SESSIONS[name], tmp_path / "transcript.jsonl", tmp_path)
+    for payload in session.events():
+        event = payload["hook_event_name"]
+        check_output(event, in_process(payload, state))
+    assert session.prompts
+    rules = inspect_pinned(state, session)
+    stated = [
+        rule for rule in rules if any(prompt in rule or rule.split(" ", 1)[1] in prompt for prompt in session.prompts)
+    ]
+    assert len(stated) >= 3, rules  # the goal and at least two of the user's "don't"s
+    compaction = session.compact()
+    assert check_output("PreCompact", hook(next(compaction), state)) == check_output("PreCompact", "{}")
+    context = context_of(check_output("SessionStart", hook(next(compaction), state)))
+    missing = [rule for rule in rules if rule not in context]
+    assert not missing, missing
+    assert "compacted" in context
+
+
+def test_a_new_session_starts_empty_and_a_resumed_one_does_not(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    first = ClaudeSession(SESSIONS["bookminder__day-005__s0.jsonl"], tmp_path / "a.jsonl", tmp_path)
+    for payload in first.events(limit=40):
+        in_process(payload, state)
+    resumed = context_of(
+        check_output("SessionStart", hook({**first.common("SessionStart"), "source": "resume"}, state))
+    )
+    assert first.prompts[0] in resumed
+    second = ClaudeSession(SESSIONS["bookminder__day-005__s0.jsonl"], tmp_path / "b.jsonl", tmp_path)
+    fresh = hook({**second.common("SessionStart"), "source": "startup"}, state)
+    assert check_output("SessionStart", fresh).hookSpecificOutput is None  # nothing carried in
+
+
+def test_a_fixed_agent_name_keeps_one_store_per_host_session(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    env = {"CTXBUS_DOMAIN": "alice/s1/cache-fix", "CTXBUS_AGENT": "claude-1"}
+    first = ClaudeSession(SESSIONS["bookminder__day-005__s0.jsonl"], tmp_path / "a.jsonl", tmp_path)
+    hook({**first.common("UserPromptSubmit"), "prompt": "Never touch vendor/."}, state, **env)
+    again = hook({**first.common("SessionStart"), "source": "resume"}, state, **env)
+    assert "Never touch vendor/." in context_of(check_output("SessionStart", again))
+    second = ClaudeSession(SESSIONS["bookminder__day-005__s0.jsonl"], tmp_path / "b.jsonl", tmp_path)
+    fresh = hook({**second.common("SessionStart"), "source": "startup"}, state, **env)
+    assert check_output("SessionStart", fresh).hookSpecificOutput is None
+    stores = sorted(p.name for p in (state / "agents" / "alice" / "s1" / "cache-fix").glob("*.db"))
+    assert stores == [f"claude-1.{first.session_id}.db", "claude-1.db"], stores
+
+
+def test_reminders_come_with_the_tail_and_go_with_a_compaction(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    session = ClaudeSession(SESSIONS["bookminder__day-009__s0.jsonl"], tmp_path / "t.jsonl", tmp_path)
+    window = 32_000  # nudge floors scale with the window: T >= 9.6k here
+    reminded: list[int] = []
+    tools = 0
+    for payload in session.events(limit=400):
+        event = payload["hook_event_name"]
+        output = check_output(event, in_process(payload, state, window=window))
+        if event == "PostToolUse":
+            tools += 1
+            if "[ctxbus]" in context_of(output):
+                reminded.append(tools)
+    assert reminded, "no reminder over a long session"
+    assert len(reminded) < tools / 4, (reminded, tools)  # bands and cadence, not every call
+    for payload in session.compact():
+        in_process(payload, state, window=window)
+    tool = {
+        **session.common("PostToolUse"),
+        "tool_name": "Read",
+        "tool_input": {"file_path": "README.md"},
+        "tool_response": {"type": "text", "file": {"filePath": "README.md", "content": "# BookMinder\n"}},
+        "tool_use_id": "toolu_after_compaction",
+    }
+    after = check_output("PostToolUse", hook(tool, state, CTXBUS_HOOK_WINDOW=str(window)))
+    assert after.hookSpecificOutput is None and after.decision is None  # the tail is short again
+
+
+def test_broken_input_a_broken_store_and_an_unreachable_nats_get_a_valid_empty_answer(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    session = ClaudeSession(SESSIONS["bookminder__day-005__s0.jsonl"], tmp_path / "t.jsonl", tmp_path)
+    assert hook({"not": "an event"}, state) == "{}\n"
+    assert hook({**session.common("Stop"), "stop_hook_active": False}, state) == "{}\n"
+    prompt = {**session.common("UserPromptSubmit"), "prompt": "Never push to main."}
+    # NATS configured but nobody listening: the prompt is recorded, the brief left out
+    nowhere = f"nats://127.0.0.1:{free_port()}"
+    assert hook(prompt, state, CTXBUS_NATS_URL=nowhere) == "{}\n"
+    start = {**session.common("SessionStart"), "source": "compact"}
+    assert "Never push to main." in context_of(
+        check_output("SessionStart", hook(start, state, CTXBUS_NATS_URL=nowhere))
+    )
+    # a store that is no SQLite file
+    for store in (state / "agents").rglob("*.db"):
+        store.write_bytes(b"this is not a database" * 100)
+        for suffix in ("-wal", "-shm"):
+            Path(f"{store}{suffix}").unlink(missing_ok=True)
+    assert hook(start, state) == "{}\n"
+    log = (state / "hooks" / "claude-code.log").read_text()
+    assert "not a hook event" in log and "SessionStart failed" in log
