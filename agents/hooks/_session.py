@@ -239,7 +239,7 @@ class _Hook:
                     await close_quietly(client)
         except (BusError, TimeoutError, OSError) as exc:
             log.warning("Channel 2 skipped for %s: %s", self.config.agent, exc)
-        return "\n\n".join(host.sent) or None
+        return channel2_text(measure) if host.sent else None
 
     def _seen_brief(self) -> tuple[int, str] | None:
         try:
@@ -310,6 +310,20 @@ def reminder_text(outputs: int, tokens: int, calm: bool, hints: list[str]) -> st
         f"[ctxbus] {held} are still held in this conversation{start}. ctxbus keeps their full text. "
         "Note what you still need from them in a line or two: the host drops them at its next "
         "compaction, and your rules and the shared brief come back after it."
+    )
+
+
+def channel2_text(measure: TailMeasure) -> str:
+    """Channel 2's words for Claude Code: the model is prompted with them once per cycle."""
+    from agents.nudges import approx_tokens
+
+    hints = ", ".join(f"§{hint.tag}§ {hint.tool_name}" for hint in measure.hints[:3])
+    start = f" (start with {hints})" if hints else ""
+    return (
+        f"[ctxbus] Most of this conversation is now spent tool output: {measure.spent_outputs} outputs, about "
+        f"{approx_tokens(measure.u)} tokens{start}, which ctxbus keeps in full. Before your next step, write down "
+        "in two or three lines what you still need from them, then carry on: after the host compacts, your rules "
+        "and the shared brief come back by themselves."
     )
 
 

@@ -47,8 +47,10 @@ def hook(payload: dict[str, Any], state: Path, **env: str) -> str:
     return done.stdout.decode()
 
 
-def in_process(payload: dict[str, Any], state: Path, *, window: int = 200_000, bus: BusConfig | None = None) -> str:
-    env = {"CTXBUS_STATE_DIR": str(state)}
+def in_process(
+    payload: dict[str, Any], state: Path, *, window: int = 200_000, bus: BusConfig | None = None, **extra: str
+) -> str:
+    env = {"CTXBUS_STATE_DIR": str(state), **extra}
     raw = json.dumps(payload).encode()
     return run_claude_code(raw, env=env, store_of=store_of(state), bus=lambda: bus, window=window)
 
