@@ -38,6 +38,7 @@ from agents.hooks._identity import hook_agent, hook_domain
 from agents.hooks._install import HOOK_EVENTS, HOOK_TIMEOUT, install_hooks
 from agents.hooks._run import EMPTY_ANSWER, run_claude_code
 from agents.hooks._session import CLAUDE_WINDOW, HookConfig, answer_event, pinned_rules
+from agents.hooks._stores import set_aside
 from agents.hooks._transcript import HostTail, read_tail, text_of
 
 __all__ = [
@@ -64,5 +65,6 @@ __all__ = [
     "pinned_rules",
     "read_tail",
     "run_claude_code",
+    "set_aside",
     "text_of",
 ]

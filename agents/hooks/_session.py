@@ -12,7 +12,6 @@ import contextlib
 import difflib
 import json
 import logging
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,6 +21,8 @@ import anyio
 
 from agents.context import ContextConfig, LocalContext, StoreError, Tokenizer
 from agents.hooks._events import HookAnswer, HookInput, PostToolUse, PreCompact, SessionStart, UserPromptSubmit
+from agents.hooks._identity import token_of
+from agents.hooks._stores import set_aside
 from agents.hooks._transcript import HostPart, HostTail, read_tail, text_of
 from agents.nudges import (
     Channel1,
@@ -401,17 +402,10 @@ def _store_lock(store: Path) -> Iterator[None]:
 def _start_afresh(config: HookConfig, session_id: str) -> None:
     """A new host session under a fixed agent name starts with an empty store: the old
     one is kept beside it, named after its session (`AGENT.<session>.db`)."""
-    store = config.store
-    if not store.is_file():
+    if not config.store.is_file():
         return
-    with _store_lock(store):
-        with LocalContext(store, config.domain) as context:
-            previous = context.get_state(_HOST_SESSION_KEY)
-        if previous is None or previous == session_id:
-            return
-        keep = store.with_name(f"{store.stem}.{previous[:40]}{store.suffix}")
-        for suffix in ("", "-wal", "-shm"):
-            old = Path(f"{store}{suffix}")
-            if old.exists():
-                os.replace(old, Path(f"{keep}{suffix}"))
-        log.info("new host session %s: %s kept as %s", session_id, store, keep)
+    with _store_lock(config.store), LocalContext(config.store, config.domain) as context:
+        previous = context.get_state(_HOST_SESSION_KEY)
+    if previous is not None and previous != session_id:
+        kept = set_aside(config.store, token_of(previous, fallback="previous"))
+        log.info("new host session %s: the store of %s kept as %s", session_id, config.agent, kept)
