@@ -13,7 +13,7 @@ import difflib
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +30,7 @@ from agents.nudges import (
     Channel2Lease,
     HygieneWalker,
     NudgeFloors,
+    ReclaimHint,
     SqliteNudgeStateStore,
     SyntheticMessage,
     TagKind,
@@ -166,8 +167,8 @@ class _Hook:
         outcome = Channel1(nudges).after_tool_call(event.tool_name, measure, user_turn=turns)
         reminder = ""
         if outcome.reminder is not None:
-            hints = [f"§{hint.tag}§ {hint.tool_name}" for hint in outcome.reminder.hints]
-            reminder = reminder_text(outcome.reminder.outputs, outcome.reminder.tokens, outcome.reminder.calm, hints)
+            tools = _tools_of(outcome.reminder.hints)
+            reminder = reminder_text(outcome.reminder.outputs, outcome.reminder.tokens, outcome.reminder.calm, tools)
             context.annotate(result_tag, outcome.text)  # what the model was told, kept with the result
         reason = await self._channel2(nudges, measure) if measure.channel2 else None
         answer = HookAnswer.context("PostToolUse", reminder)
@@ -298,13 +299,19 @@ def brief_changes(old: str, new: str) -> str:
     return "\n".join(lines) or "(only its order changed)"
 
 
-def reminder_text(outputs: int, tokens: int, calm: bool, hints: list[str]) -> str:
+def _tools_of(hints: Sequence[ReclaimHint]) -> list[str]:
+    """The tools whose outputs the hints name, most releasable first, once each: the
+    model does not see ctxbus's tags in Claude Code, but it knows its tools."""
+    return list(dict.fromkeys(hint.tool_name for hint in hints if hint.tool_name))
+
+
+def reminder_text(outputs: int, tokens: int, calm: bool, tools: list[str]) -> str:
     """Channel 1's words for Claude Code, whose transcript ctxbus cannot cut."""
     from agents.nudges import approx_tokens
 
     noun = "used tool output" if outputs == 1 else "used tool outputs"
     held = f"{outputs} {noun} (about {approx_tokens(tokens)} tokens)"
-    start = f" (start with {', '.join(hints[:3])})" if hints else ""
+    start = f" (mostly {', '.join(tools[:3])} output)" if tools else ""
     if calm:
         return f"[ctxbus] Still held in this conversation: {held}{start}."
     return (
@@ -318,8 +325,8 @@ def channel2_text(measure: TailMeasure) -> str:
     """Channel 2's words for Claude Code: the model is prompted with them once per cycle."""
     from agents.nudges import approx_tokens
 
-    hints = ", ".join(f"§{hint.tag}§ {hint.tool_name}" for hint in measure.hints[:3])
-    start = f" (start with {hints})" if hints else ""
+    tools = _tools_of(measure.hints)
+    start = f" (mostly {', '.join(tools[:3])})" if tools else ""
     return (
         f"[ctxbus] Most of this conversation is now spent tool output: {measure.spent_outputs} outputs, about "
         f"{approx_tokens(measure.u)} tokens{start}, which ctxbus keeps in full. Before your next step, write down "
