@@ -68,7 +68,7 @@ def mcp(
             "--resume",
             help=(
                 "Carry on the agent's last session (its context, tags and nudge state). Without it, each start "
-                "is a new session with an empty context; the last one's store is kept as AGENT.<time>.db."
+                "is a new session with an empty context; the last one's store is kept as AGENT.YYYYMMDDTHHMMSS.db."
             ),
         ),
     ] = False,
