@@ -1,6 +1,7 @@
 """How long `ctxbus hook claude-code` takes to answer each Claude Code hook event.
 
     python bench/hooks.py [--session NAME] [--prompts 20] [--tools 60] [--nats URL]
+    python bench/hooks.py --rules
 
 Replays a real Claude Code session of the anchors (`../shared/anchors/transcripts/
 claude-code`) as Claude Code would run it with the hooks installed: its transcript
@@ -12,6 +13,11 @@ several times. Prints the median and p95 per event and their ratio to a bare Pyt
 start (`python -c pass`) and to `ctxbus --version`, timed in the same run, in turn.
 With `--nats URL` the brief is read from that server (a `ctxbus up`): the hooks' extra
 cost of the bus.
+
+`--rules` instead replays each session that was compacted while it was recorded up to
+that moment, and compares the rules ctxbus pinned with Claude Code's own summary,
+which the session holds: how many the summary kept verbatim, and how many the hooks'
+SessionStart put back.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _stats import percentile  # noqa: E402
 
-from tests.hooks._claude import ClaudeSession, check_output, claude_sessions  # noqa: E402
+from tests.hooks._claude import CONTINUED, ClaudeSession, check_output, claude_sessions, context_of  # noqa: E402
 
 
 def _timed(argv: list[str], stdin: bytes, env: dict[str, str]) -> tuple[float, str]:
@@ -45,6 +51,44 @@ def _timed(argv: list[str], stdin: bytes, env: dict[str, str]) -> tuple[float, s
     return elapsed, done.stdout.decode()
 
 
+def rules_at_compactions() -> None:
+    """At each real compaction of the anchor sessions: the rules ctxbus pinned before it,
+    how many Claude Code's own summary (recorded in the session) holds verbatim (their
+    first 80 characters), and how many the hooks' SessionStart puts back."""
+    from agents.hooks import hook_agent, hook_domain, run_claude_code
+    from agents.runtime import inspect_store
+
+    print("rules at the sessions' own compactions (Claude Code's summary, as recorded, against the hooks)")
+    print(f"  {'session':<34} {'prompts':>7} {'pinned':>6} {'in summary':>10} {'hooks':>5}")
+    for anchor in claude_sessions():
+        rows = [json.loads(line) for line in anchor.read_text(encoding="utf-8").splitlines() if line.strip()]
+        at = next((i for i, r in enumerate(rows) if r["role"] == "user" and r["content"].startswith(CONTINUED)), None)
+        if not at:
+            continue
+        with tempfile.TemporaryDirectory(prefix="ctxbus-bench-rules-") as tmp:
+            state = Path(tmp) / "state"
+            session = ClaudeSession(anchor, Path(tmp) / "t.jsonl", Path(tmp))
+            restored = ""
+            for payload in session.events(limit=at + 1):
+                out = run_claude_code(
+                    json.dumps(payload).encode(),
+                    env={"CTXBUS_STATE_DIR": str(state)},
+                    store_of=lambda domain, agent, state=state: state.joinpath("agents", *domain.tokens, f"{agent}.db"),
+                    bus=lambda: None,
+                )
+                if payload.get("source") == "compact":
+                    restored = context_of(check_output("SessionStart", out))
+                    break
+            domain = hook_domain({}, str(session.cwd))
+            store = state.joinpath("agents", *domain.tokens, f"{hook_agent({}, session.session_id)}.db")
+            pinned = next(view for view in inspect_store(store, domain) if view.name == "pinned")
+            rules = [item.text for item in pinned.items if item.kind != "opening"]  # as `ctxbus inspect` shows them
+            summary = rows[at]["content"]
+            kept = sum(1 for rule in rules if rule.split(" ", 1)[-1][:80] in summary)
+            back = sum(1 for rule in rules if rule in restored)
+            print(f"  {anchor.name:<34} {len(session.prompts):>7} {len(rules):>6} {kept:>10} {back:>5}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--session", default="bookminder__day-002__s0.jsonl")
@@ -52,7 +96,11 @@ def main() -> None:
     parser.add_argument("--tools", type=int, default=60)
     parser.add_argument("--compactions", type=int, default=10)
     parser.add_argument("--nats", default="")
+    parser.add_argument("--rules", action="store_true", help="Only the rules at the sessions' own compactions.")
     args = parser.parse_args()
+    if args.rules:
+        rules_at_compactions()
+        return
     ctxbus = Path(sys.executable).parent / "ctxbus"
     anchor = next(path for path in claude_sessions() if path.name == args.session)
     samples: dict[str, list[float]] = defaultdict(list)
