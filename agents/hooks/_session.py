@@ -39,7 +39,7 @@ from agents.nudges import (
     TailTag,
     protected_floor,
 )
-from agents.runtime import ContextHost
+from agents.runtime import ContextHost, save_config
 from bus import BriefLog, BusConfig, BusError, Leases, PidLock, Verifier, close_quietly, connect
 from schemas import Domain, render_brief
 
@@ -91,10 +91,10 @@ async def answer_event(config: HookConfig, event: HookInput, *, tokenizer: Token
     if isinstance(event, SessionStart) and event.source in ("startup", "clear"):
         _start_afresh(config, event.session_id)
     with _store_lock(config.store):
-        context = LocalContext(
-            config.store, config.domain, config=ContextConfig(window=config.window), tokenizer=tokenizer
-        )
+        settings = ContextConfig(window=config.window)
+        context = LocalContext(config.store, config.domain, config=settings, tokenizer=tokenizer)
         try:
+            save_config(context, settings)  # `ctxbus inspect` composes as the hooks do
             hook = _Hook(config, context)
             if isinstance(event, SessionStart):
                 return await hook.session_start(event)
