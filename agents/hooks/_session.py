@@ -119,17 +119,16 @@ class _Hook:
     async def session_start(self, event: SessionStart) -> HookAnswer:
         context = self.context
         context.set_state(_HOST_SESSION_KEY, event.session_id)
-        sections = []
+        blocks = []
         rules = pinned_rules(context)
         if rules:
-            header = RULES_AFTER_COMPACT if event.source == "compact" else RULES_HEADER
-            sections.append(header + "\n\n" + "\n\n".join(rules))
+            blocks += [RULES_AFTER_COMPACT if event.source == "compact" else RULES_HEADER, *rules]
         brief = await self._brief()
         if brief is not None:
             revision, text = brief
-            sections.append(BRIEF_HEADER.format(domain=self.config.domain) + "\n" + text)
+            blocks.append(BRIEF_HEADER.format(domain=self.config.domain) + "\n" + text)
             self._saw_brief(revision, text)
-        return HookAnswer.context("SessionStart", "\n\n".join(sections))
+        return HookAnswer.context("SessionStart", fit(blocks, self._overflow("session-start")))
 
     async def user_prompt(self, event: UserPromptSubmit) -> HookAnswer:
         context = self.context
@@ -145,9 +144,11 @@ class _Hook:
             return HookAnswer()
         self._saw_brief(revision, text)
         if seen is None:
-            return HookAnswer.context("UserPromptSubmit", BRIEF_HEADER.format(domain=self.config.domain) + "\n" + text)
+            blocks = [BRIEF_HEADER.format(domain=self.config.domain) + "\n" + text]
+            return HookAnswer.context("UserPromptSubmit", fit(blocks, self._overflow("brief")))
         changes = brief_changes(seen[1], text)
-        return HookAnswer.context("UserPromptSubmit", BRIEF_CHANGED.format(old=seen[0], new=revision) + "\n" + changes)
+        blocks = [BRIEF_CHANGED.format(old=seen[0], new=revision) + "\n" + changes]
+        return HookAnswer.context("UserPromptSubmit", fit(blocks, self._overflow("brief-changes")))
 
     async def post_tool_use(self, event: PostToolUse) -> HookAnswer:
         context = self.context
@@ -186,6 +187,10 @@ class _Hook:
                     self.context.add("user", prompt)
                     known.add(prompt)
         self.context.flush()
+
+    def _overflow(self, what: str) -> Path:
+        store = self.config.store
+        return store.with_name(f"{store.stem}.{what}.md")
 
     # -- the tail ----------------------------------------------------------------------
 
@@ -287,6 +292,40 @@ def pinned_rules(context: LocalContext) -> list[str]:
     user's goal and rules, whole (or cut to their constraint sentences, if long)."""
     pinned = next(view for view in context.inspect() if view.name == "pinned")
     return [item.text for item in pinned.items if item.kind != "opening" and item.text.strip()]
+
+
+CONTEXT_LIMIT = 10_000
+"""Characters of `additionalContext` Claude Code puts in the model's context as they are:
+a longer one is saved to a file and the model sees a 2,000-character preview, with
+nothing to say that the rest matters (measured by Claude Code's users; its hooks
+reference names the cap)."""
+
+_POINTER = (
+    "[ctxbus] {more} more of these items did not fit here (Claude Code shows a hook's text up to {limit:,} "
+    "characters). "
+    "All of it, verbatim, is in {path}: read that file now, before you carry on."
+)
+
+
+def fit(blocks: list[str], overflow: Path, *, limit: int = CONTEXT_LIMIT) -> str:
+    """`blocks` joined by blank lines, within Claude Code's limit: whole blocks, in order,
+    as many as fit; if some do not, all of them go to `overflow` and the text ends by
+    saying how many more there are and where.
+
+    :raises OSError: if the overflow file cannot be written.
+    """
+    whole = "\n\n".join(blocks)
+    if len(whole) <= limit:
+        return whole
+    overflow.write_text(whole + "\n", encoding="utf-8")
+    room = limit - len(_POINTER.format(more=len(blocks), limit=limit, path=overflow)) - 2
+    shown: list[str] = []
+    for block in blocks:
+        if len(block) + 2 + sum(len(b) + 2 for b in shown) > room:
+            break
+        shown.append(block)
+    pointer = _POINTER.format(more=len(blocks) - len(shown), limit=limit, path=overflow)
+    return "\n\n".join([*shown, pointer])
 
 
 def brief_changes(old: str, new: str) -> str:

@@ -15,6 +15,7 @@ continuation text) `PreCompact`, the boundary, then `SessionStart` with source
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -70,6 +71,8 @@ def check_output(event: str, stdout: str) -> HookOutput:
     if specific is not None:
         assert event != "PreCompact", stdout
         assert specific.hookEventName == event, stdout
+        # Claude Code shows at most this much as it is; more is filed away behind a preview
+        assert len(specific.additionalContext) <= 10_000, len(specific.additionalContext)
     if output.decision is not None:
         assert event in ("PostToolUse", "UserPromptSubmit"), stdout
     return output
@@ -77,6 +80,12 @@ def check_output(event: str, stdout: str) -> HookOutput:
 
 def context_of(output: HookOutput) -> str:
     return output.hookSpecificOutput.additionalContext if output.hookSpecificOutput else ""
+
+
+def reachable(context: str) -> str:
+    """The context and, when it says some did not fit, the file it names for the rest."""
+    found = re.search(r"verbatim, is in (.+?): read that file now", context)
+    return context if found is None else context + "\n" + Path(found[1]).read_text(encoding="utf-8")
 
 
 @dataclass
