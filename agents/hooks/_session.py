@@ -58,6 +58,8 @@ _BRIEF_SEEN_KEY = "claude_code.brief_seen"
 
 _LOCK_WAIT = 5.0
 """Seconds to wait for the store while another hook of the same agent has it."""
+_LONG_HOLD = 30.0
+"""Seconds after which a holder of the store is taken for a long-lived process."""
 
 RULES_HEADER = "[ctxbus] The user's rules for this task, verbatim, as ctxbus pinned them:"
 RULES_AFTER_COMPACT = (
@@ -420,8 +422,11 @@ def user_prompts(path: str) -> Iterator[str]:
 def _store_lock(store: Path) -> Iterator[None]:
     """The agent store's single-writer lock, waited for while another hook holds it.
 
-    :raises StoreError: if it stays held (by a long-lived process: an MCP server or an
-        Agent under the same name) or cannot be taken.
+    Hooks hold it for one event (milliseconds); a process that has held it for longer
+    than `_LONG_HOLD` is an MCP server or an `Agent` under the same name, which keeps it
+    while it runs: then it is not waited for.
+
+    :raises StoreError: if it stays held, or cannot be taken.
     """
     try:
         store.parent.mkdir(parents=True, exist_ok=True)
@@ -436,13 +441,24 @@ def _store_lock(store: Path) -> Iterator[None]:
             raise StoreError(f"cannot lock the agent store {store}: {exc.strerror or exc}") from exc
         if taken:
             break
-        if time.monotonic() > deadline:
-            raise StoreError(f"the agent store {store} stays in use by process {lock.holder()}")
+        if time.monotonic() > deadline or _held_for(lock.path) > _LONG_HOLD:
+            raise StoreError(
+                f"the agent store {store} is in use by process {lock.holder()}, an MCP server or agent under "
+                "the same name? Give the hooks a CTXBUS_AGENT of their own (or none: one per host session)"
+            )
         time.sleep(0.01)
     try:
         yield
     finally:
         lock.release()
+
+
+def _held_for(path: Path) -> float:
+    """Seconds since the lock at `path` was last taken (its holder wrote its pid then)."""
+    try:
+        return time.time() - path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def _start_afresh(config: HookConfig, session_id: str) -> None:

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 import pytest
 
 from agents.hooks import hook_agent, run_claude_code
-from bus import BusConfig, free_port
+from bus import BusConfig, PidLock, free_port
 from schemas import Domain
 from tests.hooks._claude import ClaudeSession, check_output, claude_sessions, context_of, reachable
 
@@ -197,3 +198,26 @@ def test_rules_over_claude_codes_limit_are_all_reachable_from_the_context(tmp_pa
     assert pinned[0] in context  # the first rules, in the context itself
     missing = [rule for rule in pinned if rule not in reachable(context)]
     assert not missing, missing
+
+
+def test_a_store_held_by_a_long_running_process_is_named_in_the_log(tmp_path: Path) -> None:
+    """An MCP server (or Agent) under the hooks' agent name holds the store while it runs:
+    the hook answers with nothing and says who has it and what to do."""
+    state = tmp_path / "state"
+    env = {"CTXBUS_DOMAIN": "alice/s1/cache-fix", "CTXBUS_AGENT": "claude-1"}
+    session = ClaudeSession(SESSIONS["bookminder__day-005__s0.jsonl"], tmp_path / "t.jsonl", tmp_path)
+    store = store_of(state)(Domain.parse(env["CTXBUS_DOMAIN"]), env["CTXBUS_AGENT"])
+    store.parent.mkdir(parents=True)
+    lock = PidLock(store.with_name(store.name + ".lock"))
+    assert lock.acquire()
+    try:
+        an_hour_ago = time.time() - 3600
+        os.utime(lock.path, (an_hour_ago, an_hour_ago))
+        prompt = {**session.common("UserPromptSubmit"), "prompt": "Never push to main."}
+        assert hook(prompt, state, **env) == "{}\n"
+    finally:
+        lock.release()
+    log = (state / "hooks" / "claude-code.log").read_text()
+    assert f"in use by process {os.getpid()}" in log and "CTXBUS_AGENT of their own" in log
+    start = {**session.common("SessionStart"), "source": "compact"}
+    assert "Never push to main." not in hook(start, state, **env)  # nothing was written meanwhile
