@@ -38,6 +38,7 @@ from agents.nudges import (
     TailPart,
     TailTag,
     protected_floor,
+    wrap_reminder,
 )
 from agents.runtime import ContextHost, save_config
 from bus import BriefLog, BusConfig, BusError, Leases, PidLock, Verifier, close_quietly, connect
@@ -172,7 +173,7 @@ class _Hook:
         if outcome.reminder is not None:
             tools = _tools_of(outcome.reminder.hints)
             reminder = reminder_text(outcome.reminder.outputs, outcome.reminder.tokens, outcome.reminder.calm, tools)
-            context.annotate(result_tag, outcome.text)  # what the model was told, kept with the result
+            context.annotate(result_tag, wrap_reminder(reminder))  # what the model was told, kept with the result
         reason = await self._channel2(nudges, measure) if measure.channel2 else None
         answer = HookAnswer.context("PostToolUse", reminder)
         if reason:
@@ -411,6 +412,9 @@ def user_prompts(path: str) -> Iterator[str]:
                 continue
             message = line.get("message")
             content = message.get("content") if isinstance(message, dict) else None
+            if isinstance(content, list):  # a prompt with an image, say: its text blocks (tool results have none)
+                texts = [b["text"] for b in content if isinstance(b, dict) and b.get("type") == "text"]
+                content = "\n".join(t for t in texts if isinstance(t, str)) if texts else None
             if isinstance(content, str) and content.strip():
                 yield content
 

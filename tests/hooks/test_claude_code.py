@@ -221,3 +221,16 @@ def test_a_store_held_by_a_long_running_process_is_named_in_the_log(tmp_path: Pa
     assert f"in use by process {os.getpid()}" in log and "CTXBUS_AGENT of their own" in log
     start = {**session.common("SessionStart"), "source": "compact"}
     assert "Never push to main." not in hook(start, state, **env)  # nothing was written meanwhile
+
+
+def test_precompact_takes_the_prompts_given_before_the_hooks_from_the_transcript(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    session = ClaudeSession(SESSIONS["bookminder__day-005__s0.jsonl"], tmp_path / "t.jsonl", tmp_path)
+    session.write("user", "Fix the flaky cache test. Never touch vendor/ and do not push to main.")  # no hook ran
+    session.write("user", [{"type": "text", "text": "Always run pytest -q before committing."}, {"type": "image"}])
+    session.write("assistant", [{"type": "text", "text": "On it."}])
+    compaction = session.compact()
+    check_output("PreCompact", hook(next(compaction), state))
+    context = context_of(check_output("SessionStart", hook(next(compaction), state)))
+    assert "Never touch vendor/ and do not push to main." in context
+    assert "Always run pytest -q before committing." in context
