@@ -9,6 +9,7 @@ a short deadline; without it the brief parts are left out and everything else wo
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import difflib
 import json
 import logging
@@ -91,6 +92,7 @@ async def answer_event(config: HookConfig, event: HookInput, *, tokenizer: Token
     :raises StoreError: if the store cannot be opened or stays locked.
     :raises BusError: never for the bus: an unreachable NATS leaves the brief out.
     """
+    config = _own_store(config)
     if isinstance(event, SessionStart) and event.source in ("startup", "clear"):
         _start_afresh(config, event.session_id)
     with _store_lock(config.store):
@@ -455,6 +457,29 @@ def _store_lock(store: Path) -> Iterator[None]:
         yield
     finally:
         lock.release()
+
+
+def _own_store(config: HookConfig) -> HookConfig:
+    """`config`, or with the store beside it (`AGENT.claude-code.db`) when a long-running
+    process under the same agent name (an MCP server, an `Agent`) has the agent's store:
+    it keeps that store while it runs, and two writers would hand out the same tags."""
+    lock = PidLock(config.store.with_name(config.store.name + ".lock"))
+    if not config.store.parent.is_dir():
+        return config
+    try:
+        taken = lock.acquire()
+    except OSError:
+        return config  # _store_lock says what is wrong
+    if taken:
+        lock.release()
+        return config
+    if _held_for(lock.path) <= _LONG_HOLD:
+        return config  # another hook: wait for it
+    beside = config.store.with_name(f"{config.store.stem}.claude-code{config.store.suffix}")
+    log.info(
+        "the store of %s is in use by process %s: the hooks keep theirs in %s", config.agent, lock.holder(), beside
+    )
+    return dataclasses.replace(config, store=beside)
 
 
 def _held_for(path: Path) -> float:
