@@ -33,19 +33,21 @@ commands.add_typer(hook_app, name="hook")
 
 log = logging.getLogger("coordinator.cli.hook")
 
+_WINDOW = 200_000
+"""Claude's window: what the nudges are scaled for unless told otherwise."""
+
 
 @hook_app.command("claude-code")
 def claude_code(
     window: Annotated[
-        int,
+        str,
         typer.Option(
             "--window",
             envvar="CTXBUS_HOOK_WINDOW",
-            min=8_192,
             metavar="TOKENS",
-            help="The host model's context window, which the nudges are scaled for.",
+            help="The host model's context window, which the nudges are scaled for (at least 8192).",
         ),
-    ] = 200_000,
+    ] = str(_WINDOW),
 ) -> None:
     """Answer one Claude Code hook event: JSON on stdin, JSON on stdout.
 
@@ -56,7 +58,12 @@ def claude_code(
     from agents.hooks import run_claude_code
 
     _log_to_file(default_state_dir() / "hooks" / "claude-code.log")
-    answer = run_claude_code(sys.stdin.buffer.read(), env=os.environ, store_of=agent_store, bus=_bus, window=window)
+    tokens = _WINDOW
+    try:
+        tokens = max(int(window), 8_192)
+    except ValueError:  # a usage error would exit 2, which Claude Code reads as "block"
+        log.warning("--window %r is not a whole number; using %d", window, _WINDOW)
+    answer = run_claude_code(sys.stdin.buffer.read(), env=os.environ, store_of=agent_store, bus=_bus, window=tokens)
     sys.stdout.write(answer + "\n")
     sys.stdout.flush()
 

@@ -157,6 +157,7 @@ def test_broken_input_a_broken_store_and_an_unreachable_nats_get_a_valid_empty_a
     state = tmp_path / "state"
     session = ClaudeSession(SESSIONS["bookminder__day-005__s0.jsonl"], tmp_path / "t.jsonl", tmp_path)
     assert hook({"not": "an event"}, state) == "{}\n"
+    assert hook({"not": "an event"}, state, CTXBUS_HOOK_WINDOW="lots") == "{}\n"  # exit 2 would block the host
     assert hook({**session.common("Stop"), "stop_hook_active": False}, state) == "{}\n"
     prompt = {**session.common("UserPromptSubmit"), "prompt": "Never push to main."}
     # NATS configured but nobody listening: the prompt is recorded, the brief left out
