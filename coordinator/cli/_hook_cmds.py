@@ -102,7 +102,7 @@ def _bus() -> BusConfig | None:
 
     try:
         return bus_config(urls, name="ctxbus-hook")
-    except (typer.BadParameter, ValueError, OSError) as exc:
+    except Exception as exc:  # a bad URL or credentials file: no brief, never a failed hook
         log.warning("CTXBUS_NATS_URL not used: %s", exc)
         return None
 
