@@ -7,13 +7,15 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
-from mcp.types import ToolAnnotations
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import ValidationError
 
 from agents.mcp._calls import ToolCalls
 from agents.mcp._host import McpHost
 from agents.mcp._tools import MCP_PROPOSE_DEADLINE, AgentTools
 from agents.runtime import Agent
-from schemas import UsageError
+from schemas import UsageError, describe_validation_error
 
 __all__ = ["brief_uri", "build_server"]
 
@@ -36,6 +38,29 @@ brief. A client that confirms destructive calls must confirm these. Not idempote
 without a key, the same op sent twice is two proposals."""
 
 
+class _Server(MCPServer[Any]):
+    """The SDK's server, with its one argument check we cannot move into the tool bodies
+    (a required argument left out) said in one sentence rather than pydantic's dump."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if not isinstance(exc.__cause__, ValidationError):
+                raise
+            return CallToolResult(
+                content=[TextContent(type="text", text=_one_sentence(name, exc.__cause__))], is_error=True
+            )
+
+
+def _one_sentence(tool: str, exc: ValidationError) -> str:
+    missing = sorted({str(error["loc"][-1]) for error in exc.errors() if error["type"] == "missing" and error["loc"]})
+    if missing:
+        names = " and ".join(repr(name) for name in missing)
+        return f"error: {tool} needs the argument{'s' if len(missing) > 1 else ''} {names}"
+    return f"error: bad arguments to {tool}: {describe_validation_error(exc, show_input=False)}"
+
+
 def brief_uri(agent: Agent) -> str:
     """`ctxbus://brief/user/session/task`: the brief of the agent's domain."""
     return f"ctxbus://brief/{agent.domain}"
@@ -53,7 +78,7 @@ def build_server(agent: Agent, *, propose_deadline: float = MCP_PROPOSE_DEADLINE
         raise UsageError(f"an MCP server needs an agent built with host_for=McpHost, not host {host!r}")
     uri = brief_uri(agent)
     tools = AgentTools(agent, ToolCalls(agent, host), propose_deadline=propose_deadline)
-    server: MCPServer[Any] = MCPServer(
+    server: MCPServer[Any] = _Server(
         name="ctxbus",
         title=f"ctxbus agent {agent.id} on {agent.domain}",
         instructions=_INSTRUCTIONS.format(agent=agent.id, domain=agent.domain, uri=uri),

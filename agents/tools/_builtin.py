@@ -40,7 +40,10 @@ TAIL_SHOWN: Final = 30
 _VISIBLE_WAIT: Final = 5.0
 """Seconds to wait for our own commit to reach the local replica (read-your-writes)."""
 
-_VIEWS: Final = ("text", "json")
+_VIEWS: Final = ("text", "json", "json_keys")
+_BOOKKEEPING: Final = frozenset({"applied_keys", "keys_forgotten_until"})
+"""Fields of the brief that only idempotency needs: left out of `json` (thousands of
+tokens on a busy task), shown by `json_keys`."""
 _QUERY_MAX: Final = 500
 _DROP_MAX: Final = 2000
 _LIMIT_MAX: Final = 20
@@ -92,19 +95,24 @@ class BuiltinTools:
             str,
             args.AS_SENT,
             args.schema({"type": "string", "enum": list(_VIEWS)}),
-            Field(description="'text' to read, 'json' for every field."),
+            Field(
+                description=(
+                    "'text' to read, 'json' for every field of the task, 'json_keys' for those and the "
+                    "idempotency keys committed so far (bookkeeping, long on a busy task)."
+                )
+            ),
         ] = "text",
     ) -> str:
         """Read the task brief every agent on this task shares: goal, constraints,
         decisions, rejected options (with reasons), blockers, pending and done items,
         notes. Item ids in [brackets] are what brief_propose ops refer to."""
 
-        if args.choice("view", view, _VIEWS) == "text":
+        chosen = args.choice("view", view, _VIEWS)
+        if chosen == "text":
             return self.brief_text()
         replica = self._agent.replica
-        return json.dumps(
-            {"revision": replica.revision, "hash": replica.hash, "brief": replica.brief.model_dump(mode="json")}
-        )
+        brief = replica.brief.model_dump(mode="json", exclude=None if chosen == "json_keys" else set(_BOOKKEEPING))
+        return json.dumps({"revision": replica.revision, "hash": replica.hash, "brief": brief})
 
     async def brief_propose(
         self,

@@ -62,6 +62,11 @@ COMMANDS: Final = {
         "_auth_cmds", "Servers", "Tenants and roles: write the NATS config and each principal's credentials."
     ),
     "mcp": Listed("_mcp_cmds", "Agents", "Serve an agent's brief and context tools to an MCP client over stdio."),
+    "hook": Listed(
+        "_hook_cmds",
+        "Agents",
+        "Keep Claude Code's model on the task: hooks that put the user's rules and the brief back in its context.",
+    ),
     "replay": Listed(
         "_context_cmds", "Context", "Run recorded sessions through a local context: savings, bands, what was trimmed."
     ),

@@ -91,6 +91,8 @@ def inspect(
     """Show what an agent's model sees, layer by layer, with token counts.
 
     Reads a consistent copy of the agent's store, so a running agent is not disturbed.
+    For an agent in a host that owns the conversation (an MCP client, Claude Code), this
+    is what ctxbus holds for it, not the host's own context: see the note it ends with.
     """
     path = store or agent_store(domain, agent)
     if not path.is_file():
@@ -119,3 +121,12 @@ def inspect(
             text = item.text if full else (item.text.splitlines() or [""])[0][:160]
             tag = f"§{item.tag}§ " if item.tag is not None else ""
             console.print(f"[dim]{tag}{item.kind} ({item.tokens:,})[/] {escape(text)}")
+    console.print(_CANNOT_SEE)
+
+
+_CANNOT_SEE = """\
+[dim]This is what ctxbus holds for the agent, composed as ctxbus would send it. An agent that runs in a host
+which owns the conversation (an MCP client, Claude Code) is seen only in part: through MCP, the calls to
+ctxbus's own tools and their results; through Claude Code's hooks (`ctxbus hook install`), also the user's
+prompts and every tool's result. ctxbus never sees the host's own system prompt (the system layer above is
+ctxbus's), the model's replies, or what the host dropped or compacted.[/]"""

@@ -6,6 +6,8 @@ go to stderr.
 
 from __future__ import annotations
 
+import logging
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -60,17 +62,39 @@ def mcp(
     window: Annotated[
         int, typer.Option("--window", min=8_192, metavar="TOKENS", help="The client model's context window.")
     ] = _DEFAULT_WINDOW,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help=(
+                "Carry on the agent's last session (its context, tags and nudge state). Without it, each start "
+                "is a new session with an empty context; the last one's store is kept as AGENT.YYYYMMDDTHHMMSS.db."
+            ),
+        ),
+    ] = False,
 ) -> None:
     """Serve an agent's brief and context tools to an MCP client over stdio.
 
     Add it to the client's config as a command, e.g. `ctxbus mcp -d alice/s1/t1 -a claude`.
     Every server on the same domain shares one brief; a coordinator (`ctxbus up`) must run.
+
+    What MCP alone gives: the shared brief, and search and read of what these tools
+    returned. The server sees only calls to its own tools, never the host's conversation,
+    files or other tools; for Claude Code, `ctxbus hook install` adds that (the user's
+    rules kept through compaction, reminders measured on the host's own transcript).
     """
     bus = bus_config(nats, name=f"ctxbus-mcp-{agent}")
+    path = store or agent_store(domain, agent)
+    if not resume:
+        from agents.hooks import set_aside
+
+        kept = set_aside(path, time.strftime("%Y%m%dT%H%M%S", time.gmtime()))
+        if kept is not None:
+            logging.getLogger(__name__).info("new session: the last one's store is kept as %s", kept)
     config = AgentConfig(
         agent_id=agent,
         domain=domain,
-        store=store or agent_store(domain, agent),
+        store=path,
         context=host_context(window),
         trusted_signers=bus.credentials.trusted_signers if bus.credentials else (),
     )

@@ -72,7 +72,7 @@ def tagged_error(result: CallToolResult) -> str:
         ("brief_propose", {"op": ["set_goal"]}, 'the op must be an object such as {"op": "set_goal", "text": "..."}, got ["set_goal"]'),
         ("brief_propose", {"op": {"op": "set_goal", "text": "x"}, "key": ""}, "argument 'key' must be a string of 1 to 128 characters, got \"\""),
         ("brief_propose", {"op": {"op": "set_goal", "text": "x"}, "key": 7}, "argument 'key' must be a string of 1 to 128 characters, got 7"),
-        ("brief_get", {"view": "xml"}, "argument 'view' must be \"text\" or \"json\", got \"xml\""),
+        ("brief_get", {"view": "xml"}, "argument 'view' must be \"text\" or \"json\" or \"json_keys\", got \"xml\""),
         ("ctx_read", {"tag": 1.5}, 'argument \'tag\' must be a tag: a whole number such as 12, or a string such as "§12§", got 1.5'),
         ("ctx_read", {"tag": True}, 'argument \'tag\' must be a tag: a whole number such as 12, or a string such as "§12§", got true'),
         ("ctx_read", {"tag": 1, "first_line": 0}, "argument 'first_line' must be a whole number >= 1, got 0"),
@@ -102,7 +102,7 @@ async def test_true_is_not_tag_1_strings_arrive_as_sent_and_the_schema_says_what
         schemas = {tool.name: tool.input_schema for tool in (await mcp.list_tools()).tools}
     assert schemas["ctx_read"]["required"] == ["tag"]
     assert schemas["ctx_read"]["properties"]["tag"]["anyOf"][0] == {"type": "integer"}
-    assert schemas["brief_get"]["properties"]["view"]["enum"] == ["text", "json"]
+    assert schemas["brief_get"]["properties"]["view"]["enum"] == ["text", "json", "json_keys"]
     assert schemas["brief_propose"]["properties"]["op"]["type"] == "object"
     assert schemas["brief_propose"]["required"] == ["op"]
     assert schemas["ctx_search"]["properties"]["limit"]["maximum"] == 20
