@@ -54,6 +54,8 @@ class Policy:
         self.prompts: list[list[dict[str, Any]]] = []
         self.reduces: list[tuple[int, list[int]]] = []
         """(prompt index, tags) of each ctx_reduce the model asked for."""
+        self.bad_call: str | None = None
+        """The call id of the follower's call with a bad argument."""
         self.adoption: str | None = None
         """The call id of the follower's attempt to adopt the rejected option."""
 
@@ -85,6 +87,10 @@ class Policy:
         if self.role == "lead" and self.step == 1:
             op = {"op": "reject", "option": REJECTED, "reason": "no redis in production"}
             calls.append(self._call("brief_propose", {"op": op, "key": f"{self.agent}-reject"}))
+        if self.role == "follower" and self.step == 0:
+            bad = self._call("ctx_read", {"tag": True})
+            self.bad_call = bad[0]
+            calls.append(bad)
         if self.role == "follower" and self.step == 2:
             self.waiting = True
             calls.append(self._call("brief_get", {"view": "json"}))
@@ -305,6 +311,7 @@ async def main(args: argparse.Namespace) -> None:
                 "prompts": summary(agent, policy),
                 "reduces": policy.reduces,
                 "adoption": policy.adoption,
+                "bad_call": policy.bad_call,
                 "brief_hash": agent.replica.hash,
                 "revision": agent.replica.revision,
             }

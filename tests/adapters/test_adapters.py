@@ -113,3 +113,12 @@ async def test_a_rejected_option_cannot_be_adopted_by_the_other_agent(framework:
     assert [r.option for r in brief.rejected] == [REJECTED]
     assert all(d.option != REJECTED for d in brief.decisions)
     assert ran["lead"]["brief_hash"] == ran["follower"]["brief_hash"] == ran["hash"]
+
+
+async def test_a_bad_call_is_answered_with_what_was_wrong(framework: str, ran: dict[str, Any]) -> None:
+    follower = ran["follower"]
+    answers = [m["text"] for p in follower["prompts"] for m in p if m["answers"] == follower["bad_call"]]
+    assert answers, "the bad call's result never reached the model"
+    assert answers[0].endswith(
+        "error: argument 'tag' must be a tag: a whole number such as 12, or a string such as \"§12§\", got true"
+    )
