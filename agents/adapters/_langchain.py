@@ -15,6 +15,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
 from agents.context import Composition
+from agents.context._wire import tool_input  # not exported by agents.context (yet): one reading of arguments
 from agents.loop import LOOP_BUILTINS, Toolbox
 from agents.runtime import Agent
 from agents.tools import PROPOSE_DEADLINE, BuiltinTools
@@ -124,7 +125,7 @@ def to_langchain(messages: Sequence[Mapping[str, Any]]) -> tuple[SystemMessage |
             calls = [
                 ToolCall(
                     name=call["function"]["name"],
-                    args=_arguments(call["function"]["arguments"]),
+                    args=tool_input(call["function"]["arguments"]),
                     id=call["id"],
                     type="tool_call",
                 )
@@ -136,18 +137,6 @@ def to_langchain(messages: Sequence[Mapping[str, Any]]) -> tuple[SystemMessage |
         else:
             raise ValueError(f"a composed prompt has no {role!r} messages")
     return system, out
-
-
-def _arguments(arguments: str) -> dict[str, Any]:
-    """A call's arguments as the dict LangChain keeps (`{"arguments": text}` when they
-    are not a JSON object: the call still happened, as the model wrote it)."""
-    if not arguments.strip():
-        return {}
-    try:
-        value = json.loads(arguments)
-    except ValueError:
-        return {"arguments": arguments}
-    return value if isinstance(value, dict) else {"arguments": arguments}
 
 
 def _tool_message_of(command: Command[Any]) -> ToolMessage | None:
