@@ -287,6 +287,7 @@ def summary(agent: Agent, policy: Policy) -> list[list[dict[str, Any]]]:
                     "calls": calls,
                     "answers": m.get("tool_call_id"),
                     "reminder": REMINDER in text,
+                    "names_rejected": REJECTED in text,
                     "text": text if m["role"] == "tool" and len(text) < 2000 else "",
                 }
             )

@@ -109,6 +109,9 @@ async def test_a_rejected_option_cannot_be_adopted_by_the_other_agent(framework:
     assert adoption is not None
     answers = [m["text"] for p in follower["prompts"] for m in p if m["answers"] == adoption]
     assert answers and "rejected (rejected_option)" in answers[-1], answers
+    for result in (ran["lead"], follower):  # the shared brief, in the head of each model's last prompt
+        head = result["prompts"][-1][1]
+        assert head["role"] == "user" and head["names_rejected"]
     brief = ran["brief"]
     assert [r.option for r in brief.rejected] == [REJECTED]
     assert all(d.option != REJECTED for d in brief.decisions)
