@@ -14,6 +14,7 @@ from agents.context import ContextConfig
 from agents.runtime import Agent, AgentConfig
 from schemas import UsageError
 from tests._support import fresh_domain, running_coordinator
+from tests.adapters._conversation import ANSWERED, ASKED, expected, said
 
 
 async def test_runs_record_the_conversation_and_state_names_the_agent(nats_url: str, tmp_path: Path) -> None:
@@ -27,22 +28,16 @@ async def test_runs_record_the_conversation_and_state_names_the_agent(nats_url: 
         Agent.open(client, config) as agent,
         Agent.open(client, other) as stranger,
     ):
-        client_model = ReplayChatCompletionClient(["First answer.", "Second answer."])
+        client_model = ReplayChatCompletionClient([ANSWERED[0], ANSWERED[1]])
         context = CtxbusModelContext(agent)
         assistant = AssistantAgent("a1", client_model, model_context=context, system_message=None)
-        await assistant.run(task="Find the flaky test.")
+        await assistant.run(task=ASKED[0])
         await assistant.on_reset(CancellationToken())  # clear() keeps the agent's record
-        await assistant.run(task="Now fix it.")
-        said = [(m.role, m.content) for m in agent.context.messages() if m.role in ("user", "assistant")]
-        assert said == [
-            ("user", "Find the flaky test."),
-            ("assistant", "First answer."),
-            ("user", "Now fix it."),
-            ("assistant", "Second answer."),
-        ]
+        await assistant.run(task=ASKED[1])
+        assert said(agent) == expected()
         shown = client_model.create_calls[-1]["messages"]
         assert [type(m).__name__ for m in shown][0] == "SystemMessage" and shown[0].content == "Be brief."
-        assert "First answer." in str(shown)  # the reset kept the first exchange
+        assert ANSWERED[0] in str(shown)  # the reset kept the first exchange
         state = await assistant.save_state()
         await assistant.load_state(state)
         with pytest.raises(UsageError, match="agent 'a2'"):
