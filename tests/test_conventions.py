@@ -64,6 +64,8 @@ def test_only_bus_touches_nats(path: Path) -> None:
         "agents.runtime",
         "agents.mcp",
         "agents.swarm",
+        "agents.adapters.langchain",
+        "agents.adapters.autogen",
         "coordinator",
     ],
 )
