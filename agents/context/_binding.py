@@ -4,15 +4,21 @@ The trigger list of `agents.context._classify` catches "must", "never", "do not"
 People state most rules without those words: "p99 stays under 40 ms per request", "the
 v2 endpoint is off limits", "the migration runs only after the 02:00 backup finishes",
 "leave the payments schema as it is", "anything touching billing goes through Marta
-first", "我们只有三台机器". A sentence binds when it does one of these things:
+first", "我们只有三台机器". A sentence binds when it does one of these things (unless it asks, is code, or tells of
+the past: "its creation was postponed until…"):
 
-- **prohibits or freezes**: "no new dependencies", "hands off X", "X stays as it is",
-  "X is frozen / untouched / out of scope", "X is wrong";
+- **prohibits or freezes**: "no new dependencies", "nothing ships on Fridays", "hands off
+  X", "leave X alone", "X stays as it is", "X is frozen / untouched / out of scope", "X is
+  wrong";
 - **limits**: a number with a unit (compound ones too: req/s, GPU-days, ms/turn) next to
   a word that bounds it (under, tops out, ceiling, allowed, gets, total of, not … more);
 - **orders or conditions**: "only after", "until", "waits for", "first … then",
   "happens after X has …", 以后再 / 之前先;
-- **ties a rule to a name**: "goes through Marta", "go to Kenji", "signed as 'The team'";
+- **ties a rule to a name or a gate**: "goes through Marta", "only Raj can approve",
+  "needs sign-off from legal", "Lena owns the schema", "signed as 'The team'";
+- **chooses**: "use pnpm, not npm", "benchmarks go in bench/, not in tests/", or says
+  it stands: "from here on", "for the rest of the project"; or wishes: "I don't want it
+  changing again";
 - **instructs**: an imperative ("keep", "stop adding", "use X for every run", "write the
   notes in British English") that carries something that makes it standing rather than
   a one-off step: a verb that persists (keep, leave, stay, stop, skip, pin, hold…), a
@@ -80,6 +86,7 @@ _NARRATION = re.compile(r"\b(?:was|were|had|did|would\s+have|could\s+have|used\s
 """Told about the past or what might have been: "its creation was postponed until…"."""
 _SCOPE = re.compile(
     r"\b(?:every|each|all|any|anything|everything|nothing|whenever|wherever|throughout|only|exclusively|anymore"
+    r"|everywhere|anywhere|always|by\s+default"
     r"|for\s+the\s+rest|from\s+here)\b"
     r"|\b(?:for|on|in|across|throughout|within)\s+(?:this|these|that|the\s+(?:whole|entire|rest))\b",
     re.IGNORECASE,
@@ -99,27 +106,31 @@ COMPOUND_UNIT = (
 40 ms per request."""
 _QUANTITY = re.compile(
     rf"{COMPOUND_UNIT}|[$€£]{_NUMBER}[kKmM]?|\b{_NUMBER}(?:[-\s]?(?:{_UNIT_WORD}))\b(?![-/]\w)"
-    rf"|\b\d{{1,2}}:\d{{2}}\b|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|a|an)\s+"
-    rf"(?:hour|day|week|minute|byte|request|machine|server|node|approval|retry)s?\b",
+    rf"|\b\d{{1,2}}:\d{{2}}\b|\b(?i:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|a|an|a\s+couple\s+of"
+    rf"|a\s+few)\s+(?:[a-z]+-)?(?:[a-z]{{3,}}(?:s|ies)|hour|day|week|minute|byte|request|machine|server|node"
+    rf"|approval|retry)\b|\b{_NUMBER}\s?[kKMGT]?\b",
 )
 _BOUNDING = re.compile(
     r"\b(?:tops?\s+out|ceiling|cap(?:ped|s)?|max(?:imum)?|min(?:imum)?|limit(?:ed|s)?|allowed|allowance|quota"
     r"|budget|total\s+of|only\s+(?:have|get|got)|gets?|get|stays?|stay|under|below|above|over|within|up\s+to"
     r"|window|more|less|fewer|spend|afford|at\s+(?:most|least)|no\s+(?:more|less)|not\s+(?:a|one)\s+\w+\s+more"
-    r"|all\s+(?:it|we|you|they)\s+(?:can|get|have))\b",
+    r"|all\s+(?:it|we|you|they)\s+(?:can|get|have)|at\s+the\s+(?:outside|most|least|latest|earliest)|tops"
+    r"|the\s+most|the\s+least|hard\s+limit|or\s+(?:less|fewer|under|below)|rate[-\s]limit\w*|before|left)\b",
     re.IGNORECASE,
 )
 _FREEZE = re.compile(
     r"\b(?:as\s+(?:it|they)\s+(?:is|are|stands?)|as[-\s]is|untouched|unchanged|frozen|read[-\s]only"
     r"|hands[-\s]off|off[-\s]limits|out\s+of\s+(?:scope|bounds)|not\s+to\s+be\s+(?:touched|changed|modified)"
-    r"|(?:is|are|was)\s+(?:also\s+|just\s+|still\s+)?(?:wrong|not\s+ok(?:ay)?|unacceptable|a\s+no[-\s]go))\b",
+    r"|(?:is|are|was)\s+(?:also\s+|just\s+|still\s+)?(?:wrong|not\s+ok(?:ay)?|unacceptable|a\s+no[-\s]go)"
+    r"|alone|belongs?\s+to|owns|owned\s+by)\b",
     re.IGNORECASE,
 )
 _ORDER = re.compile(
     r"\bonly\s+(?:after|once|when|if|before|on|with|from|via|through|in)\b|\b(?:until|till)\b(?!\s+(?:now|recently|then|today|yesterday|later|the\s+end))|\bunless\b"
     r"|\bwaits?\s+(?:for|until|on)\b|\bnot\s+(?:before|until)\b"
     r"|\b(?:happens?|runs?|goes?|comes?|starts?|lands?|ships?)\s+(?:only\s+)?(?:after|once)\b"
-    r"|\bfirst\b[^.!?\n]{0,80}\bthen\b"
+    r"|\bfirst\b[^.!?\n]{0,80}\bthen\b|\b(?:once|as\s+soon\s+as|when(?:ever)?)\b[^.!?\n]{0,80},\s*(?:then\b|you\s+(?:can|may))"
+    r"|\bbefore\s+[a-z]+ing\b|,\s*not\s+(?:before|after|earlier|later|sooner)\b"
     r"|\bafter\b[^.!?\n]{0,60}\b(?:finishes|finished|completes|completed|is\s+done|has\s+been|have\s+been"
     r"|passes|passed|lands|landed|signs?\s+off)\b",
     re.IGNORECASE,
@@ -127,16 +138,38 @@ _ORDER = re.compile(
 _NAMED = re.compile(
     r"\b(?:go(?:es)?\s+(?:to|through|past|via)|routed?\s+(?:to|through)|escalated?\s+to|through|signs?\s+off"
     r"|approval\s+from|approved\s+by|owned\s+by|check\s+with|ask|from)\s+[A-Z][a-z]{2,}"
+    r"|\b(?:needs?|requires?|gets?)\s+(?:a\s+|an\s+)?(?:[\w-]+\s+)?(?:sign[-\s]?off|approval|review|go[-\s]ahead|ack"
+    r"|permission|consent|green\s+light)\b"
+    r"|^\W*[Oo]nly\s+(?:[A-Z]\w+|the\s+\w+|\w+\s+team)\s+(?:can|may|gets?\s+to|is\s+allowed)\b"
+    r"|\b(?:we|you)\s+only\s+[a-z]+"
+    r"|\b(?:go|goes|belong|belongs|live|lives)\s+(?:in|into|under)\s+\S+"
     r"|\b(?:signed|named|called|titled|labell?ed|prefixed|suffixed|formatted|spelled|written)\s+(?:as\s+|with\s+)?"
     r"['\"‘“`]"
 )
 _NO_X = re.compile(
-    rf"{_LEAD}(?:no|zero)\s+(?:new|more|further|extra|additional|other|direct|manual|force[ds]?|\w+ing)\b",
+    rf"{_LEAD}(?:(?:no|zero)\s+(?:new|more|further|extra|additional|other|direct|manual|force[ds]?|\w+ing)\b"
+    r"|(?:nothing|nobody|no\s+one|none\s+of\s+\w+)\s+(?!(?:is|was|were|happened|changed|worked|works)\b)[a-z]+)",
     re.IGNORECASE,
 )
+_CONTRAST = re.compile(
+    r"(?<![\w'’])(?!(?:is|are|was|were|be|do|does|did|can|could|should|would|will|have|has|had|it|that|this|I|we|you"
+    r"|they|or|and|but|if|why|may|might|must|why|whether|certainly|definitely|probably|just|really|still)\b)"
+    r"[\w/.-]{2,},?\s+not\s+(?:in\s+|on\s+|the\s+|with\s+)?[\w/.-]{2,}",
+    re.IGNORECASE,
+)
+"""A choice stated as "A, not B": "use pnpm, not npm", "tabs not spaces", "in bench/, not in tests/"."""
+_PREFERENCE = re.compile(r"\bI\s+(?:don['’]?t|do\s+not)\s+want\b|\bI(?:['’]d|\s+would)\s+rather\b", re.IGNORECASE)
+"""A prohibition or choice stated as the user's wish: "I don't want it changing again"."""
+_STANDING = re.compile(
+    r"\b(?:from\s+(?:here|this\s+point|today)\s+on|henceforth|from\s+today|as\s+a\s+rule"
+    r"|for\s+the\s+rest\s+of\s+(?:this|the)\s+\w+)\b",
+    re.IGNORECASE,
+)
+"""Words that make a statement standing: "from here on", "for the rest of the project"."""
 """A prohibition by "no": "no new dependencies", "no force-pushes", "no pushing to main"."""
 _ZH_FUNCTION = re.compile(
-    r"只有|上限|下限|预算|配额|保持现状|保持不变|不涉及|不动|以后再|之后再|完再|再做|之前先|先[^。！？]{0,12}再"
+    r"只有|上限|下限|预算|配额|保持现状|保持不变|不涉及|不动|控制在|顶多|封顶|先不|暂不|暂时不|不用|无需|不改"
+    r"|[点号日天底]前|之前|以后再|之后再|完再|再做|之前先|先[^。！？]{0,12}再"
     r"|等[^。！？]{1,20}(?:以后|之后|完)|一律|统一用|用(?:英文|中文|英语|汉语|简体)|由[^。！？]{1,8}(?:负责|审核|批准|决定)"
     r"|让[^。！？]{1,6}(?:看|审|批|确认)"
 )
@@ -173,16 +206,29 @@ def imperative(unit: str) -> bool:
     return _IMPERATIVE.match(unit) is not None
 
 
+_ORDER_GATES = ("only", "until", "till", "unless", "wait", "not ", "after", "once", "first", "soon", "when", "before")
+"""Substrings one of which every `_ORDER` branch needs: checked first, since plain `in` tests
+cost far less than the pattern (most sentences have none)."""
+_NUMERIC = re.compile(
+    r"[\d$€£]|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|couple|few)\b", re.I
+)
+
+
 @functools.lru_cache(maxsize=8192)
 def function_binds(unit: str) -> bool:
     """Whether a sentence binds by what it does (see the module docstring), whatever its words."""
     if is_question(unit) or _CODE.search(unit) or _NARRATION.search(unit):
         return False
-    if _FREEZE.search(unit) or _ORDER.search(unit) or _NAMED.search(unit) or _ZH_FUNCTION.search(unit):
+    low = unit.lower()
+    if _FREEZE.search(unit) or _NAMED.search(unit) or (not unit.isascii() and _ZH_FUNCTION.search(unit)):
+        return True
+    if any(gate in low for gate in _ORDER_GATES) and _ORDER.search(unit):
         return True
     if _NO_X.match(unit) and (_SCOPE.search(unit) or not unit.lstrip().startswith(("-", "*", "•"))):
         return True
-    if _QUANTITY.search(unit) and _BOUNDING.search(unit):
+    if _STANDING.search(unit) or _PREFERENCE.search(unit) or (" not " in low and _CONTRAST.search(unit)):
+        return True
+    if _NUMERIC.search(unit) and _QUANTITY.search(unit) and _BOUNDING.search(unit):
         return True
     if _IMPERATIVE.match(unit) and not _OPINION.match(unit):
         if _PERSISTING.match(unit) or _SCOPE.search(unit):

@@ -174,13 +174,15 @@ def facts(text: str) -> list[str]:
 
 
 @functools.lru_cache(maxsize=4096)
-def score_unit(unit: str) -> float:
+def score_unit(unit: str, *, by_function: bool = False) -> float:
     """How much a unit is worth keeping in a summary: facts, rules, errors, negations.
 
-    Cached: summary merges score the same lines again and again.
+    A rule counts when a trigger states it or, with `by_function` (the user's and the
+    system's text: the rules of `has_constraint`, which cost more), when it binds by what
+    it does. Cached: summary merges score the same lines again and again.
     """
     score = 0.0
-    if has_constraint(unit):
+    if has_constraint(unit) if by_function else _trigger(unit) is not None:
         score += 3.0
     if ERROR_LINE.search(unit):
         score += 2.0

@@ -128,7 +128,7 @@ class ExtractiveSummarizer:
         elif message.kind == "tool_call":
             body = self._tool_call(message, budget, noise)
         else:
-            body = self._pick(message.content, budget, noise, whole_facts=True)
+            body = self._pick(message.content, budget, noise, whole_facts=True, by_function=message.role != "assistant")
         # One line per message, whatever its breaks (CRLF, soft wraps, code blocks): a merge
         # ranks and drops lines, and a piece without its `§N§` head would lose its source.
         return head + " ".join(body.split())
@@ -174,13 +174,16 @@ class ExtractiveSummarizer:
             out += " · " + " · ".join(found)
         return clip(out, budget)
 
-    def _pick(self, text: str, budget: int, noise: set[str], *, whole_facts: bool = False) -> str:
+    def _pick(
+        self, text: str, budget: int, noise: set[str], *, whole_facts: bool = False, by_function: bool = False
+    ) -> str:
         # A line holds a few hundred characters: ranking the first units is enough, and
         # bounds the rule work on a long message.
         units = [u.strip() for u in split_units(text[:_PICK_SCAN_CHARS]) if u.strip()]
         if not units:
             return ""
-        scored = sorted(range(len(units)), key=lambda i: (-(score_unit(units[i]) + (i == 0)), i))
+        scores = [score_unit(unit, by_function=by_function) for unit in units]
+        scored = sorted(range(len(units)), key=lambda i: (-(scores[i] + (i == 0)), i))
         keep: list[tuple[int, str]] = []
         used = 0
         for i in scored:
