@@ -489,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
 
         spec = json.loads(REWORDED_FILE.read_text())
         runs: dict[str, dict[int, dict[str, float]]] = {}
-        for key, title in (("probes", "reworded"), ("held_out", "held out")):
+        for key, title in (("probes", "reworded"), ("held_out", "held out"), ("held_out_2", "held out 2")):
             print(
                 f"\nthe same sessions with {title} constraints inserted as user turns ({len(spec[key])} rules, "
                 f"3 per session: {', '.join(PLACES)})"
@@ -499,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
             runs[title] = {}
             missed_all = {}
             for budget in BUDGETS:
-                r = runs[title][budget] = replay(probed, budget, tmp, tokenizer, key[0])
+                r = runs[title][budget] = replay(probed, budget, tmp, tokenizer, key)
                 missed_all[budget] = r["missed"]  # type: ignore[assignment]
                 flush = f"{r['flush50']:.2f} / {r['flush95']:.2f}"
                 print(
@@ -512,20 +512,20 @@ def main(argv: list[str] | None = None) -> int:
 
         print("\nkept at the final message; pinned tokens from labelled instructions (goal, listed rules)")
         print(
-            f"{'budget':>7} {'run':>9} {'README rules':>12} {'inserted':>14} {'early / third / two thirds':>27} "
+            f"{'budget':>7} {'run':>10} {'README rules':>12} {'inserted':>14} {'early / third / two thirds':>27} "
             f"{'instr. share':>12} {'worst':>6} {'pinned tok':>10} {'over budget':>11} {'broken pairs':>12}"
         )
         for budget in BUDGETS:
             a = readme[budget]
             print(
-                f"{budget:>7,} {'README':>9} {a['kept'] / a['total']:>12.1%} {'':>14} {'':>27} {a['share']:>12.0%} "
+                f"{budget:>7,} {'README':>10} {a['kept'] / a['total']:>12.1%} {'':>14} {'':>27} {a['share']:>12.0%} "
                 f"{a['worst']:>6.0%} {a['pinned']:>10,.0f} {a['over']:>11.0f} {a['broken']:>12.0f}"
             )
             for title, run in runs.items():
                 b = run[budget]
                 places = " / ".join(str(b["places"][p]) for p in PLACES)  # type: ignore[index]
                 print(
-                    f"{'':>7} {title:>9} {'':>12} {b['kept'] / b['total']:>7.1%} {b['kept']:>3.0f}/{b['total']:.0f} "
+                    f"{'':>7} {title:>10} {'':>12} {b['kept'] / b['total']:>7.1%} {b['kept']:>3.0f}/{b['total']:.0f} "
                     f"{places:>27} {b['share']:>12.0%} {b['worst']:>6.0%} {b['pinned']:>10,.0f} {b['over']:>11.0f} "
                     f"{b['broken']:>12.0f}"
                 )

@@ -24,7 +24,7 @@ import functools
 import re
 from collections.abc import Iterator
 
-from agents.context._binding import COMPOUND_UNIT, WEAK_TRIGGERS, function_binds, weak_binds
+from agents.context._binding import WEAK_TRIGGERS, function_binds, weak_binds
 
 __all__ = [
     "ERROR_LINE",
@@ -146,11 +146,13 @@ _ID = (
 )
 _NUMBER_UNIT = (
     r"[$€£]\d[\d,]*(?:\.\d+)?[kKmM]?|\b\d{1,2}:\d{2}(?:\s?[AaPp]\.?[Mm]\.?)?"
-    f"|{COMPOUND_UNIT}"
-    r"|\b\d[\d,]*(?:\.\d+)?\s?(?:%|ms|s|secs?|seconds?|mins?|minutes?|h|hrs?|hours?|days?|weeks?"
+    # One branch per number: a compound unit first (1,200 req/s, 3 GPU-days, 2.5k tokens/turn),
+    # else a unit, with a rate after it if any (40 ms per request).
+    r"|\b\d[\d,]*(?:\.\d+)?(?:\s?[kKM]?\s?[A-Za-z]{1,12}(?:[/-][A-Za-z]{1,12})+\b"
+    r"|\s?(?:%|ms|s|secs?|seconds?|mins?|minutes?|h|hrs?|hours?|days?|weeks?"
     r"|months?|years?|[kKMGT]i?B?|bytes?|tokens?|lines?|files?|tests?|items?|rows?|points?|books?"
     r"|employees?|px|USD|EUR|GBP|[KMGT]iB|req|rps|qps|requests?|nodes?|machines?|workers?|GPUs?"
-    r"|[AaPp]\.?[Mm]\.?)(?![\w])"
+    r"|[AaPp]\.?[Mm]\.?)(?:\s?(?:/|per\s+)[A-Za-z]{1,12}\b)?(?![\w]))"
 )
 _FACT = re.compile(f"{_URL}|{_NUMBER_UNIT}|{_PATH}|{_ID}")
 _NEGATION = re.compile(r"\b(?:not|no|never|none|without|cannot)\b|n['’]t\b|不|没|别|无", re.IGNORECASE)
@@ -205,7 +207,13 @@ def holds_fact(unit: str) -> bool:
 def has_constraint(text: str) -> bool:
     """Whether a unit of `text` binds: a trigger that instructs there (English, Chinese or a
     numeric limit), or a rule stated by what it does (`agents.context._binding`)."""
+    if len(text) <= UNIT_MAX_CHARS and not _MAY_SPLIT.search(text):
+        return _strength(text.strip()) > 0  # one sentence: no need to cut it into units
     return any(_strength(text[a:b]) for a, b, _ in _units(text))
+
+
+_MAY_SPLIT = re.compile(r"[.!?。！？][\s”’」』）》】]*\S|\n|^\s*(?:[-*+•]|\d{1,3}[.)])\s")
+"""Something after a sentence end, a line break, or a list mark: the text may be more than one unit."""
 
 
 @functools.lru_cache(maxsize=8192)
