@@ -297,6 +297,22 @@ def replay(sessions: list[Session], budget: int, tmp: Path, tokenizer: Tokenizer
     }
 
 
+def replay_budgets(sessions: list[Session], tmp: Path, tokenizer: Tokenizer, label: str) -> dict[int, dict[str, float]]:
+    """`replay` at each budget, a table row per budget, then the rules missing at the end."""
+    results: dict[int, dict[str, float]] = {}
+    for budget in BUDGETS:
+        r = results[budget] = replay(sessions, budget, tmp, tokenizer, label)
+        flush = f"{r['flush50']:.2f} / {r['flush95']:.2f}"
+        print(
+            f"{budget:>7,} {r['composes']:>8,.0f} {r['ingest']:>12,.0f} {r['p50']:>7.2f} {r['p95']:>7.2f} "
+            f"{flush:>16} {r['prompt']:>15,.0f} {r['ratio']:>7.0%} {r['kept']:>9.0f} / {r['total']:.0f}"
+        )
+    for budget, r in results.items():
+        for line in r["missed"]:  # type: ignore[attr-defined]
+            print(f"  missing at {budget:,}: {line}")
+    return results
+
+
 def synthetic(n_messages: int, target_tokens: int, seed: int = 7) -> list[dict[str, object]]:
     """A deterministic tool-heavy history: a goal with rules, then call/result turns."""
     rnd = random.Random(seed)
@@ -473,19 +489,7 @@ def main(argv: list[str] | None = None) -> int:
         print("replay of every session, compose before each assistant message and at the final message")
         print("(compose = plan + render; the SQLite write that follows each compose is timed apart as flush)")
         print(header)
-        missed_all: dict[int, list[str]] = {}
-        readme: dict[int, dict[str, float]] = {}
-        for budget in BUDGETS:
-            r = readme[budget] = replay(sessions, budget, tmp, tokenizer)
-            missed_all[budget] = r["missed"]  # type: ignore[assignment]
-            flush = f"{r['flush50']:.2f} / {r['flush95']:.2f}"
-            print(
-                f"{budget:>7,} {r['composes']:>8,.0f} {r['ingest']:>12,.0f} {r['p50']:>7.2f} {r['p95']:>7.2f} "
-                f"{flush:>16} {r['prompt']:>15,.0f} {r['ratio']:>7.0%} {r['kept']:>9.0f} / {r['total']:.0f}"
-            )
-        for budget, missed in missed_all.items():
-            for line in missed:
-                print(f"  missing at {budget:,}: {line}")
+        readme = replay_budgets(sessions, tmp, tokenizer, "r")
 
         spec = json.loads(REWORDED_FILE.read_text())
         runs: dict[str, dict[int, dict[str, float]]] = {}
@@ -495,20 +499,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"3 per session: {', '.join(PLACES)})"
             )
             print(header)
-            probed = with_reworded(sessions, key)
-            runs[title] = {}
-            missed_all = {}
-            for budget in BUDGETS:
-                r = runs[title][budget] = replay(probed, budget, tmp, tokenizer, key)
-                missed_all[budget] = r["missed"]  # type: ignore[assignment]
-                flush = f"{r['flush50']:.2f} / {r['flush95']:.2f}"
-                print(
-                    f"{budget:>7,} {r['composes']:>8,.0f} {r['ingest']:>12,.0f} {r['p50']:>7.2f} {r['p95']:>7.2f} "
-                    f"{flush:>16} {r['prompt']:>15,.0f} {r['ratio']:>7.0%} {r['kept']:>9.0f} / {r['total']:.0f}"
-                )
-            for budget, missed in missed_all.items():
-                for line in missed:
-                    print(f"  missing at {budget:,}: {line}")
+            runs[title] = replay_budgets(with_reworded(sessions, key), tmp, tokenizer, key)
 
         print("\nkept at the final message; pinned tokens from labelled instructions (goal, listed rules)")
         print(
