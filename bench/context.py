@@ -4,14 +4,19 @@ Replays every session of `../shared/anchors/transcripts` at budgets of 8k, 16k a
 tokens, composing before every assistant message (each model call), and prints per
 budget: ingest messages/s, compose p50/p95 ms, mean prompt tokens per turn against the
 full history, and how many of the early constraints listed in that folder's README are
-still in the prompt at the final message. Then a synthetic 5,000-message, 250k-token
+still in the prompt at the final message. The same sessions are replayed again with
+reworded constraints (bench/reworded_probes.json: limits, freezes, orderings, names,
+imperatives, Chinese, mostly without trigger words) inserted as user turns early, at a
+third and at two thirds; for both runs it prints what share of the final pinned layer
+comes from labelled instructions (the goal, the README's rules, the inserted ones) and
+checks every prompt for tool pairs and budget. Then a synthetic 5,000-message, 250k-token
 history at a 128k window (with what rendering each compose for a provider costs), and a
 search over big archived logs. Ingest speed is set against bare tiktoken counting of the
 same messages, search against the bare FTS5 query it runs, each measured in the same run.
 
 Targets: compose p95 <= 5 ms at the 128k window; ingest >= 0.8x bare tiktoken.
 
-    .venv/bin/python bench/context.py [--quick] [--anchors DIR]
+    .venv/bin/python bench/context.py [--quick] [--replay-only] [--anchors DIR]
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ from schemas import Domain  # noqa: E402
 
 BUDGETS = (8_000, 16_000, 32_000)
 PROBES_FILE = ROOT / "tests" / "context" / "anchor_probes.json"
+REWORDED_FILE = ROOT / "bench" / "reworded_probes.json"
+PLACES = ("early", "third", "two thirds")
 OVERHEAD = 4
 
 
@@ -48,6 +55,11 @@ class Session:
     messages: list[dict[str, object]]
     raw: list[str]
     probes: list[str] = field(default_factory=list)
+    """Rules that must be in the final prompt (the README's, or the inserted ones)."""
+    goal: set[int] = field(default_factory=set)
+    """1-based tags of the system prompt and the first user message: the task itself."""
+    inserted: list[tuple[str, str]] = field(default_factory=list)
+    """(place, kind) of each inserted probe, in `probes` order after the README's."""
 
 
 def load_sessions(anchors: Path, quick: bool) -> list[Session]:
@@ -58,13 +70,96 @@ def load_sessions(anchors: Path, quick: bool) -> list[Session]:
         rel = path.relative_to(root)
         probes = [p for g in groups if rel.match(g["files"]) for p in g["probes"]]
         raw = [line for line in path.read_text().splitlines() if line.strip()]
-        sessions.append(Session(str(rel), [json.loads(line) for line in raw], raw, probes))
+        messages = [json.loads(line) for line in raw]
+        sessions.append(Session(str(rel), messages, raw, probes, _goal_tags(messages)))
     if quick:
         by_system: dict[str, list[Session]] = {}
         for s in sessions:
             by_system.setdefault(s.name.split("/")[0], []).append(s)
         sessions = [s for group in by_system.values() for s in group[:2]]
     return sessions
+
+
+def _goal_tags(messages: list[dict[str, object]]) -> set[int]:
+    """Tags of the system messages before the first user turn, and of that turn."""
+    tags: set[int] = set()
+    for index, m in enumerate(messages):
+        if m["role"] == "system":
+            tags.add(index + 1)
+        elif m["role"] == "user":
+            tags.add(index + 1)
+            break
+    return tags
+
+
+def _insertion_point(messages: list[dict[str, object]], at: int) -> int:
+    """The first index at or after `at` where a user turn can go: before an assistant
+    message, so no call is parted from its result."""
+    for index in range(max(1, at), len(messages)):
+        if messages[index]["role"] == "assistant":
+            return index
+    return len(messages) - 1
+
+
+def with_reworded(sessions: list[Session], key: str = "probes") -> list[Session]:
+    """Each session with three reworded constraints inserted as user turns: right after
+    the first user message, at a third and at two thirds. Probes and wrappers rotate over
+    the sessions, so each probe lands at different places in different kinds of session."""
+    spec = json.loads(REWORDED_FILE.read_text())
+    probes, wrappers = spec[key], spec["wrappers"]
+    out = []
+    for i, session in enumerate(sessions):
+        messages = list(session.messages)
+        first_user = next(j for j, m in enumerate(messages) if m["role"] == "user")
+        n = len(messages)
+        points = [_insertion_point(messages, at) for at in (first_user + 1, n // 3, 2 * n // 3)]
+        chosen = [probes[(3 * i + k) % len(probes)] for k in range(3)]
+        # Insert from the back so the earlier points stay valid.
+        for k in (2, 1, 0):
+            text = wrappers[(5 * i + k) % len(wrappers)].format(rule=chosen[k]["rule"])
+            messages.insert(points[k], {"role": "user", "content": text, "ts": None})
+        raw = [json.dumps(m) for m in messages]
+        goal = _goal_tags(messages)
+        rules = [p["rule"] for p in chosen]
+        inserted = [(PLACES[k], chosen[k]["kind"]) for k in range(3)]
+        out.append(Session(session.name, messages, raw, rules, goal, inserted))
+    return out
+
+
+def pinned_share(ctx: LocalContext, session: Session, rules: list[str]) -> tuple[int, int]:
+    """(tokens of pinned items that are labelled instructions, all pinned tokens).
+
+    Labelled: an item from the task itself (system prompt, first user message) or one
+    holding a known rule (the README's or an inserted one). A real rule nobody listed
+    counts as noise, so the share is a lower bound.
+    """
+    view = next(layer for layer in ctx.inspect() if layer.name == "pinned")
+    total = useful = 0
+    for item in view.items:
+        total += item.tokens
+        if item.tag in session.goal or any(rule in item.text for rule in rules):
+            useful += item.tokens
+    return useful, total
+
+
+def broken_pairs(messages: list[dict[str, object]]) -> int:
+    """Calls without their result and results without their call in a Chat Completions
+    rendering (each result must follow the turn that made its call)."""
+    broken = 0
+    open_ids: set[str] = set()
+    for m in messages:
+        if m["role"] == "tool":
+            call_id = str(m.get("tool_call_id"))
+            if call_id in open_ids:
+                open_ids.discard(call_id)
+            else:
+                broken += 1
+            continue
+        broken += len(open_ids)
+        open_ids = set()
+        for call in m.get("tool_calls") or []:  # type: ignore[attr-defined]
+            open_ids.add(str(call["id"]))
+    return broken + len(open_ids)
 
 
 def add(ctx: LocalContext, m: dict[str, object]) -> int:
@@ -120,7 +215,7 @@ def ingest_ratio(raw: list[list[str]], tmp: Path, reps: int = 5) -> tuple[float,
     return n / sum(bare), n / sum(adds), n / sum(flushes)
 
 
-def replay(sessions: list[Session], budget: int, tmp: Path, tokenizer: Tokenizer) -> dict[str, float]:
+def replay(sessions: list[Session], budget: int, tmp: Path, tokenizer: Tokenizer, label: str = "r") -> dict[str, float]:
     compose_ms: list[float] = []
     flush_ms: list[float] = []
     ingest_s = 0.0
@@ -129,10 +224,15 @@ def replay(sessions: list[Session], budget: int, tmp: Path, tokenizer: Tokenizer
     prompt_tokens: list[int] = []
     kept = total = 0
     missed: list[str] = []
+    over = broken = 0
+    useful = pinned = 0
+    worst = (1.0, "")
+    by_place: dict[str, list[int]] = {}
+    everything = [rule for s in sessions for rule in s.probes]
     for i, session in enumerate(sessions):
         ctx = LocalContext(
-            tmp / f"replay-{budget}-{i}.db",
-            f"bench/b{budget}/s{i}",
+            tmp / f"replay-{label}-{budget}-{i}.db",
+            f"bench/{label}{budget}/s{i}",
             config=ContextConfig(window=budget),
             tokenizer=tokenizer,
             autoflush=False,
@@ -149,6 +249,7 @@ def replay(sessions: list[Session], budget: int, tmp: Path, tokenizer: Tokenizer
                 compose_ms.append((middle - start) * 1000)
                 flush_ms.append((time.perf_counter() - middle) * 1000)
                 prompt_tokens.append(result.report.total)
+                over += result.report.total > result.report.budget
                 ratios.append(result.report.total / max(1, history + result.report.layers["system"]))
                 prompt = result
             start = time.perf_counter()
@@ -158,12 +259,21 @@ def replay(sessions: list[Session], budget: int, tmp: Path, tokenizer: Tokenizer
             history += ctx.message(tag).tokens + OVERHEAD  # bare history cost, from the cached count
         assert prompt is not None
         text = "\n".join(msg["content"] for msg in prompt.messages)
-        for probe in session.probes:
+        broken += broken_pairs(prompt.to_openai())
+        places = [p for p, _ in session.inserted]
+        for n, probe in enumerate(session.probes):
             total += 1
-            if probe in text:
-                kept += 1
-            else:
+            hit = probe in text
+            kept += hit
+            if places:
+                by_place.setdefault(places[n], []).append(hit)
+            if not hit:
                 missed.append(f"{session.name}: {probe[:60]!r}")
+        ours, all_pinned = pinned_share(ctx, session, everything)
+        useful += ours
+        pinned += all_pinned
+        if all_pinned and ours / all_pinned < worst[0]:
+            worst = (ours / all_pinned, session.name)
         ctx.close()
     return {
         "ingest": ingested / ingest_s,
@@ -177,7 +287,30 @@ def replay(sessions: list[Session], budget: int, tmp: Path, tokenizer: Tokenizer
         "total": total,
         "composes": len(compose_ms),
         "missed": missed,  # type: ignore[dict-item]
+        "over": over,
+        "broken": broken,
+        "share": useful / max(1, pinned),
+        "pinned": pinned / max(1, len(sessions)),
+        "worst": worst[0],
+        "worst_name": worst[1],  # type: ignore[dict-item]
+        "places": {p: f"{sum(v)}/{len(v)}" for p, v in by_place.items()},  # type: ignore[dict-item]
     }
+
+
+def replay_budgets(sessions: list[Session], tmp: Path, tokenizer: Tokenizer, label: str) -> dict[int, dict[str, float]]:
+    """`replay` at each budget, a table row per budget, then the rules missing at the end."""
+    results: dict[int, dict[str, float]] = {}
+    for budget in BUDGETS:
+        r = results[budget] = replay(sessions, budget, tmp, tokenizer, label)
+        flush = f"{r['flush50']:.2f} / {r['flush95']:.2f}"
+        print(
+            f"{budget:>7,} {r['composes']:>8,.0f} {r['ingest']:>12,.0f} {r['p50']:>7.2f} {r['p95']:>7.2f} "
+            f"{flush:>16} {r['prompt']:>15,.0f} {r['ratio']:>7.0%} {r['kept']:>9.0f} / {r['total']:.0f}"
+        )
+    for budget, r in results.items():
+        for line in r["missed"]:  # type: ignore[attr-defined]
+            print(f"  missing at {budget:,}: {line}")
+    return results
 
 
 def synthetic(n_messages: int, target_tokens: int, seed: int = 7) -> list[dict[str, object]]:
@@ -319,6 +452,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="2 sessions per system, 3,000 synthetic messages")
     parser.add_argument(
+        "--replay-only",
+        action="store_true",
+        help="only the replays of the recorded sessions (no ingest, synthetic, search)",
+    )
+    parser.add_argument(
         "--anchors",
         type=Path,
         default=Path(os.environ.get("CTXBUS_ANCHORS", ROOT.parent / "shared" / "anchors")),
@@ -334,14 +472,15 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="ctxbench-") as tmp_name:
         tmp = Path(tmp_name)
-        bare, adds, flushed = ingest_ratio([s.raw for s in sessions], tmp)
-        print("ingest of every message of every session (best of 5 per session, interleaved, same run)")
-        print(f"  bare tiktoken count         {bare:>8,.0f} msgs/s")
-        print(
-            f"  LocalContext.add()          {adds:>8,.0f} msgs/s   ratio {adds / bare:.2f}x   target >= 0.80x "
-            f"{'PASS' if adds / bare >= 0.8 else 'FAIL'}"
-        )
-        print(f"  add() + flush() to SQLite   {flushed:>8,.0f} msgs/s   ratio {flushed / bare:.2f}x\n")
+        if not args.replay_only:
+            bare, adds, flushed = ingest_ratio([s.raw for s in sessions], tmp)
+            print("ingest of every message of every session (best of 5 per session, interleaved, same run)")
+            print(f"  bare tiktoken count         {bare:>8,.0f} msgs/s")
+            print(
+                f"  LocalContext.add()          {adds:>8,.0f} msgs/s   ratio {adds / bare:.2f}x   target >= 0.80x "
+                f"{'PASS' if adds / bare >= 0.8 else 'FAIL'}"
+            )
+            print(f"  add() + flush() to SQLite   {flushed:>8,.0f} msgs/s   ratio {flushed / bare:.2f}x\n")
 
         header = (
             f"{'budget':>7} {'composes':>8} {'ingest msg/s':>12} {'p50 ms':>7} {'p95 ms':>7} "
@@ -350,18 +489,46 @@ def main(argv: list[str] | None = None) -> int:
         print("replay of every session, compose before each assistant message and at the final message")
         print("(compose = plan + render; the SQLite write that follows each compose is timed apart as flush)")
         print(header)
-        missed_all: dict[int, list[str]] = {}
-        for budget in BUDGETS:
-            r = replay(sessions, budget, tmp, tokenizer)
-            missed_all[budget] = r["missed"]  # type: ignore[assignment]
-            flush = f"{r['flush50']:.2f} / {r['flush95']:.2f}"
+        readme = replay_budgets(sessions, tmp, tokenizer, "r")
+
+        spec = json.loads(REWORDED_FILE.read_text())
+        runs: dict[str, dict[int, dict[str, float]]] = {}
+        for key, title in (("probes", "reworded"), ("held_out", "held out"), ("held_out_2", "held out 2")):
             print(
-                f"{budget:>7,} {r['composes']:>8,.0f} {r['ingest']:>12,.0f} {r['p50']:>7.2f} {r['p95']:>7.2f} "
-                f"{flush:>16} {r['prompt']:>15,.0f} {r['ratio']:>7.0%} {r['kept']:>9.0f} / {r['total']:.0f}"
+                f"\nthe same sessions with {title} constraints inserted as user turns ({len(spec[key])} rules, "
+                f"3 per session: {', '.join(PLACES)})"
             )
-        for budget, missed in missed_all.items():
-            for line in missed:
-                print(f"  missing at {budget:,}: {line}")
+            print(header)
+            runs[title] = replay_budgets(with_reworded(sessions, key), tmp, tokenizer, key)
+
+        print("\nkept at the final message; pinned tokens from labelled instructions (goal, listed rules)")
+        print(
+            f"{'budget':>7} {'run':>10} {'README rules':>12} {'inserted':>14} {'early / third / two thirds':>27} "
+            f"{'instr. share':>12} {'worst':>6} {'pinned tok':>10} {'over budget':>11} {'broken pairs':>12}"
+        )
+        for budget in BUDGETS:
+            a = readme[budget]
+            print(
+                f"{budget:>7,} {'README':>10} {a['kept'] / a['total']:>12.1%} {'':>14} {'':>27} {a['share']:>12.0%} "
+                f"{a['worst']:>6.0%} {a['pinned']:>10,.0f} {a['over']:>11.0f} {a['broken']:>12.0f}"
+            )
+            for title, run in runs.items():
+                b = run[budget]
+                places = " / ".join(str(b["places"][p]) for p in PLACES)  # type: ignore[index]
+                print(
+                    f"{'':>7} {title:>10} {'':>12} {b['kept'] / b['total']:>7.1%} {b['kept']:>3.0f}/{b['total']:.0f} "
+                    f"{places:>27} {b['share']:>12.0%} {b['worst']:>6.0%} {b['pinned']:>10,.0f} {b['over']:>11.0f} "
+                    f"{b['broken']:>12.0f}"
+                )
+        print(
+            "  instr. share: pinned tokens at the final prompts from the goal or a listed rule (a lower bound: a real "
+            "rule nobody listed counts as noise); worst: the session with the lowest share ("
+            + ", ".join(str(runs["reworded"][b]["worst_name"]).split("/")[-1] for b in BUDGETS)
+            + "); pinned tok: mean per session"
+        )
+        if args.replay_only:
+            print(f"\ntotal bench time {time.perf_counter() - began:.1f} s")
+            return 0
 
         n_syn = 3_000 if args.quick else 5_000
         messages = synthetic(n_syn, 250_000 * n_syn // 5_000)

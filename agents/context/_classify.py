@@ -5,9 +5,17 @@ A constraint is a sentence that binds later turns: "do not commit", "never more 
 run at ingest, they behave the same on every run, and a false positive costs only a few
 pinned tokens while a false negative loses a user's instruction.
 
+A trigger is only a first sign. A broad one ("don't", "always", "exactly", "critical")
+binds only where it instructs (not in "don't you like this name better?"), and a sentence
+with no trigger at all binds when it does what a rule does: limits, freezes, orders,
+names who decides, or instructs with a standing scope (see `agents.context._binding`).
+
 Units are verbatim substrings of the text: sentences of prose (soft-wrapped lines joined),
-list items, headings and whole fenced code blocks. Quoting whole units, never rewording,
-is what lets "the exact submit command" survive to the last turn.
+list items, headings, fenced code blocks, and single lines of box-drawn or table-like
+blocks (a console panel has no sentence ends, and one trigger inside must not make the
+whole panel a rule). No unit is longer than `UNIT_MAX_CHARS`: a longer one is cut at a
+line end, else a clause break, else a space. Quoting whole units, never rewording, is
+what lets "the exact submit command" survive to the last turn.
 """
 
 from __future__ import annotations
@@ -16,13 +24,20 @@ import functools
 import re
 from collections.abc import Iterator
 
+from agents.context._binding import WEAK_TRIGGERS, function_binds, weak_binds
+
 __all__ = [
     "ERROR_LINE",
+    "PIN_COPY_MAX_CHARS",
+    "SHORT_RULE_CHARS",
+    "UNIT_MAX_CHARS",
     "Span",
     "constraint_spans",
     "constraint_text",
     "facts",
     "has_constraint",
+    "holds_fact",
+    "mostly_rule",
     "rule_span",
     "rule_spans",
     "score_unit",
@@ -98,6 +113,19 @@ _SENTENCE_END = re.compile(
 A run such as "？！" or "。”" is not cut inside. The shared lookbehind up front is for
 speed: most positions fail that one test."""
 _ENDS_WITH_COLON = re.compile(r"[:：]\**\s*$")
+_BOXED = re.compile(r"^\s*[│┃║╭╮╰╯├┤┌┐└┘┬┴┼═─━╔╗╚╝╠╣|]")
+"""A line of a box-drawn panel or a table: each is a unit of its own."""
+_CUT = re.compile(r"[,;:](?=\s)|\s[-–—]\s|[，；：、]")
+
+UNIT_MAX_CHARS = 400
+"""Longest unit: a longer sentence, block or code fence is cut (at a line end, a clause
+break or a space), so one unit can never pin or fill a layer by itself."""
+SHORT_RULE_CHARS = 300
+"""A rule this short is a rule whole: it is pinned whole, and demotion never cuts it to
+its constraint sentences (the sentence around a trigger is often what the rule is about)."""
+PIN_COPY_MAX_CHARS = 8_000
+"""Cap of a pinned copy (the constraint units of a long message, ~2,000 tokens): later
+constraint units that would pass it are left to the summary."""
 
 ERROR_LINE = re.compile(
     r"\b(?=[adefnpst])(?:error|exception|traceback|failed|failure|fatal|panic|denied|segmentation fault"
@@ -118,9 +146,13 @@ _ID = (
 )
 _NUMBER_UNIT = (
     r"[$€£]\d[\d,]*(?:\.\d+)?[kKmM]?|\b\d{1,2}:\d{2}(?:\s?[AaPp]\.?[Mm]\.?)?"
-    r"|\b\d[\d,]*(?:\.\d+)?\s?(?:%|ms|s|secs?|seconds?|mins?|minutes?|h|hrs?|hours?|days?|weeks?"
+    # One branch per number: a compound unit first (1,200 req/s, 3 GPU-days, 2.5k tokens/turn),
+    # else a unit, with a rate after it if any (40 ms per request).
+    r"|\b\d[\d,]*(?:\.\d+)?(?:\s?[kKM]?\s?[A-Za-z]{1,12}(?:[/-][A-Za-z]{1,12})+\b"
+    r"|\s?(?:%|ms|s|secs?|seconds?|mins?|minutes?|h|hrs?|hours?|days?|weeks?"
     r"|months?|years?|[kKMGT]i?B?|bytes?|tokens?|lines?|files?|tests?|items?|rows?|points?|books?"
-    r"|employees?|px|USD|EUR|GBP|[AaPp]\.?[Mm]\.?)(?![\w])"
+    r"|employees?|px|USD|EUR|GBP|[KMGT]iB|req|rps|qps|requests?|nodes?|machines?|workers?|GPUs?"
+    r"|[AaPp]\.?[Mm]\.?)(?:\s?(?:/|per\s+)[A-Za-z]{1,12}\b)?(?![\w]))"
 )
 _FACT = re.compile(f"{_URL}|{_NUMBER_UNIT}|{_PATH}|{_ID}")
 _NEGATION = re.compile(r"\b(?:not|no|never|none|without|cannot)\b|n['’]t\b|不|没|别|无", re.IGNORECASE)
@@ -129,6 +161,8 @@ _DECISION = re.compile(
     r"\b(?:decid\w*|conclu\w*|because|root cause|fix(?:ed)?|result\w*|found|plan|will|chose|agreed)\b",
     re.IGNORECASE,
 )
+
+_DIGIT = re.compile(r"\d")
 
 Span = tuple[int, int]
 
@@ -142,13 +176,15 @@ def facts(text: str) -> list[str]:
 
 
 @functools.lru_cache(maxsize=4096)
-def score_unit(unit: str) -> float:
+def score_unit(unit: str, *, by_function: bool = False) -> float:
     """How much a unit is worth keeping in a summary: facts, rules, errors, negations.
 
-    Cached: summary merges score the same lines again and again.
+    A rule counts when a trigger states it or, with `by_function` (the user's and the
+    system's text: the rules of `has_constraint`, which cost more), when it binds by what
+    it does. Cached: summary merges score the same lines again and again.
     """
     score = 0.0
-    if has_constraint(unit):
+    if has_constraint(unit) if by_function else _trigger(unit) is not None:
         score += 3.0
     if ERROR_LINE.search(unit):
         score += 2.0
@@ -162,9 +198,49 @@ def score_unit(unit: str) -> float:
     return score
 
 
+def holds_fact(unit: str) -> bool:
+    """Whether a unit holds a number, a negation or a name (a path, an ID, a capitalized
+    word, a `quoted` identifier): what a summary must quote whole or not at all."""
+    return bool(_DIGIT.search(unit) or _NEGATION.search(unit) or _NAME.search(unit) or _FACT.search(unit))
+
+
 def has_constraint(text: str) -> bool:
-    """Whether any trigger (English, Chinese or a numeric limit) occurs in `text`."""
-    return _trigger(text) is not None
+    """Whether a unit of `text` binds: a trigger that instructs there (English, Chinese or a
+    numeric limit), or a rule stated by what it does (`agents.context._binding`)."""
+    if len(text) <= UNIT_MAX_CHARS and not _MAY_SPLIT.search(text):
+        return _strength(text.strip()) > 0  # one sentence: no need to cut it into units
+    return any(_strength(text[a:b]) for a, b, _ in _units(text))
+
+
+_MAY_SPLIT = re.compile(r"[.!?。！？][\s”’」』）》】]*\S|\n|^\s*(?:[-*+•]|\d{1,3}[.)])\s")
+"""Something after a sentence end, a line break, or a list mark: the text may be more than one unit."""
+
+
+@functools.lru_cache(maxsize=8192)
+def _strength(unit: str) -> int:
+    """2: a trigger that instructs; 1: a rule by what it does (`function_binds`); 0: none."""
+    if _NON_ENGLISH.search(unit):
+        return 2
+    for start, end in _gate_windows(unit):
+        for match in _TRIGGER.finditer(unit, start, end):
+            word = match.group(0)
+            if not _is_weak(word) or weak_binds(unit, word):
+                return 2
+    return 1 if function_binds(unit) else 0
+
+
+def _is_weak(trigger: str) -> bool:
+    words = " ".join(trigger.lower().split())
+    return words in WEAK_TRIGGERS or words.startswith(("before you", "i want", "i need", "i expect", "should"))
+
+
+def mostly_rule(text: str) -> bool:
+    """Whether `text` is a rule as a whole: short (`SHORT_RULE_CHARS`), or at least half
+    of it constraint units. A chatty turn with one rule in it gives its rule, not itself."""
+    if len(text) <= SHORT_RULE_CHARS:
+        return True
+    ruled = sum(b - a for a, b, _ in _constraint_unit_spans(text))
+    return ruled * 2 >= len(text.strip())
 
 
 def rule_span(text: str) -> Span | None:
@@ -226,31 +302,27 @@ def split_units(text: str) -> list[str]:
     return [text[a:b] for a, b, _ in _units(text)]
 
 
-def constraint_spans(text: str) -> list[Span]:
+def constraint_spans(text: str, max_chars: int | None = None) -> list[Span]:
     """Character spans of the constraint units of `text`, merged where adjacent.
 
     A constraint unit that ends with a colon ("You MUST use this EXACT command:",
     "**CRITICAL:**") also takes the list or code block that follows it: that block is
-    what the rule is about.
+    what the rule is about. With `max_chars`, units stated with a trigger are taken first,
+    then those that bind by what they do, each group in order, while their sum stays
+    within it (a unit that would pass it is left out, later smaller ones still go).
     """
-    units = list(_units(text))
+    units = _constraint_unit_spans(text)
+    if max_chars is not None:
+        chosen: list[tuple[int, int, int]] = []
+        used = 0
+        for strength in (2, 1):
+            for unit in units:
+                if unit[2] == strength and used + unit[1] - unit[0] <= max_chars:
+                    chosen.append(unit)
+                    used += unit[1] - unit[0] + 1
+        units = sorted(chosen)
     spans: list[Span] = []
-    i = 0
-    while i < len(units):
-        start, end, kind = units[i]
-        if not has_constraint(text[start:end]):
-            i += 1
-            continue
-        if i and _BACK_REFERENCE.search(text, start, end):
-            start = units[i - 1][0]  # "Would you remember that?" is about the sentence before
-        if kind == "heading" or _ENDS_WITH_COLON.search(text[start:end]):
-            j = i + 1
-            while j < len(units) and units[j][2] in ("list", "item", "fence"):
-                end = units[j][1]
-                j += 1
-            i = j
-        else:
-            i += 1
+    for start, end, _ in units:
         if spans and not text[spans[-1][1] : start].strip():
             spans[-1] = (spans[-1][0], end)
         else:
@@ -258,23 +330,69 @@ def constraint_spans(text: str) -> list[Span]:
     return spans
 
 
-def constraint_text(text: str) -> str:
-    """The constraint units of `text`, verbatim, one span per line ("" if none)."""
-    return "\n".join(text[a:b] for a, b in constraint_spans(text))
+def _constraint_unit_spans(text: str) -> list[tuple[int, int, int]]:
+    """The constraint units of `text` (with the block a colon-ended one introduces), unmerged,
+    each with its strength (see `_strength`; a block has its introducer's)."""
+    units = list(_units(text))
+    spans: list[tuple[int, int, int]] = []
+    i = 0
+    while i < len(units):
+        start, end, kind = units[i]
+        strength = _strength(text[start:end])
+        if not strength:
+            i += 1
+            continue
+        if i and _BACK_REFERENCE.search(text, start, end):
+            start = units[i - 1][0]  # "Would you remember that?" is about the sentence before
+        spans.append((start, end, strength))
+        i += 1
+        if kind == "heading" or _ENDS_WITH_COLON.search(text[start:end]):
+            while i < len(units) and units[i][2] in ("list", "item", "fence"):
+                spans.append((*units[i][:2], strength))
+                i += 1
+    return spans
+
+
+def constraint_text(text: str, max_chars: int | None = None) -> str:
+    """The constraint units of `text`, verbatim, one span per line ("" if none); at most
+    about `max_chars` of them if given (see `constraint_spans`)."""
+    return "\n".join(text[a:b] for a, b in constraint_spans(text, max_chars))
 
 
 def _units(text: str) -> Iterator[tuple[int, int, str]]:
     for start, end, kind in _blocks(text):
-        if kind in ("fence", "heading"):
-            yield start, end, kind
+        if kind in ("fence", "heading", "line"):
+            yield from _bounded(text, start, end, kind)
             continue
         pos = start
         for match in _SENTENCE_END.finditer(text, start, end):
-            yield pos, match.start(), kind
+            yield from _bounded(text, pos, match.start(), kind)
             pos = match.end()
             kind = "item" if kind == "list" else kind
         if pos < end:
-            yield pos, end, kind
+            yield from _bounded(text, pos, end, kind)
+
+
+def _bounded(text: str, start: int, end: int, kind: str) -> Iterator[tuple[int, int, str]]:
+    """The unit `start:end`, cut into pieces of at most `UNIT_MAX_CHARS` if longer: at the
+    last line end before the limit, else the last clause break, else the last space."""
+    while end - start > UNIT_MAX_CHARS:
+        limit = start + UNIT_MAX_CHARS
+        cut = text.rfind("\n", start + 1, limit)
+        if cut <= start:
+            breaks = [m.end() for m in _CUT.finditer(text, start + UNIT_MAX_CHARS // 4, limit)]
+            cut = breaks[-1] if breaks else text.rfind(" ", start + 1, limit)
+        if cut <= start:
+            cut = limit
+        piece_end = _rstrip(text, cut)
+        if piece_end > start:
+            yield start, piece_end, kind
+        start = cut
+        while start < end and text[start].isspace():
+            start += 1
+        kind = "item" if kind == "list" else kind
+    if end > start:
+        yield start, end, kind
 
 
 def _blocks(text: str) -> Iterator[tuple[int, int, str]]:
@@ -301,6 +419,13 @@ def _blocks(text: str) -> Iterator[tuple[int, int, str]]:
             if start >= 0:
                 yield start, _rstrip(text, line_start), kind
                 start = -1
+            continue
+        if _BOXED.match(line):
+            if start >= 0:
+                yield start, _rstrip(text, line_start), kind
+                start = -1
+            if line.strip():
+                yield _lstrip(text, line_start), body_end, "line"
             continue
         if _HEADING.match(line):
             if start >= 0:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from agents.context._classify import has_constraint
+from agents.context._classify import SHORT_RULE_CHARS, has_constraint
 from agents.context._config import LayerBudgets
 from agents.context._errors import InputTooLarge, InvalidConfig
 from agents.context._modes import ModeDescriptor
@@ -44,6 +44,12 @@ _SHRINK_ATTEMPTS = 4
 
 
 _BINDING_KINDS = frozenset({"conclusion", "task_state", "knowledge"})
+_ROLE_RANK = {"user": 2, "system": 1}
+
+
+def _pin_rank(e: Entry) -> tuple[int, int]:
+    """Order in which pins give way: the assistant's first, the user's last, oldest first."""
+    return _ROLE_RANK.get(e.role, 0), e.tag
 
 
 def _may_bind(e: Entry) -> bool:
@@ -445,15 +451,17 @@ class _Run:
 
     def _demote_one(self) -> bool:
         """Demote the oldest soft pin, else cut the oldest long hard pin to its constraints
-        (`st.pinned` is in tag order, however late a message was pinned)."""
+        (`st.pinned` is in tag order, however late a message was pinned). The assistant's
+        pins go before the system's, and those before the user's; a rule shorter than
+        `SHORT_RULE_CHARS` is never cut (its record would be its trigger sentence alone)."""
         st = self.st
-        soft = next((e for e in st.pinned if e.pin == "soft"), None)
+        soft = min((e for e in st.pinned if e.pin == "soft"), key=_pin_rank, default=None)
         if soft is not None:
             st.demote(soft)
             self._trim(soft, "over_budget", "pinned", "rolling", soft.shown_tokens)
             return True
-        for e in st.pinned:
-            if e.tag in self.omitted:
+        for e in sorted(st.pinned, key=_pin_rank):
+            if e.tag in self.omitted or len(e.content) <= SHORT_RULE_CHARS:
                 continue
             record = st.record_constraints(e, compact=True)
             if record is not None and record.tokens < e.shown_tokens:

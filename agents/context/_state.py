@@ -14,7 +14,7 @@ import re
 
 from agents.context._archive import compact_form
 from agents.context._calls import CALL_OVERHEAD, Call, calls_text, calls_tokens, coerce_calls, legacy_calls
-from agents.context._classify import constraint_text, has_constraint
+from agents.context._classify import PIN_COPY_MAX_CHARS, constraint_text, has_constraint, mostly_rule
 from agents.context._config import ContextConfig
 from agents.context._errors import InvalidMessage, UnknownReference
 from agents.context._records import ConstraintRecord, Entry, SummaryEntry
@@ -260,14 +260,14 @@ class ContextState:
     def record_constraints(self, entry: Entry, *, compact: bool = False) -> ConstraintRecord | None:
         """Make (once) the constraint record of a message.
 
-        Short messages are recorded whole unless `compact`; long ones give their
-        constraint units. None if there is no constraint, or it repeats another
-        message's record word for word.
+        Short messages that are mostly rule are recorded whole unless `compact`; others
+        give their constraint units, up to `PIN_COPY_MAX_CHARS`. None if there is no
+        constraint, or it repeats another message's record word for word.
         """
         if entry.tag in self.records:
             return self.records[entry.tag]
-        whole = not compact and entry.tokens <= self.config.constraint_whole_max
-        text = entry.content if whole else constraint_text(entry.content)
+        whole = not compact and entry.tokens <= self.config.constraint_whole_max and mostly_rule(entry.content)
+        text = entry.content if whole else constraint_text(entry.content, PIN_COPY_MAX_CHARS)
         key = _key(text)
         if not key or self._record_keys.get(key, entry.tag) != entry.tag:
             return None
@@ -440,7 +440,7 @@ class ContextState:
 
     def _classify(self, entry: Entry) -> None:
         if has_constraint(entry.content):
-            if entry.tokens <= self.config.constraint_whole_max:
+            if entry.tokens <= self.config.constraint_whole_max and mostly_rule(entry.content):
                 key = _key(entry.content)
                 if key in self._record_keys:
                     return  # a word-for-word restatement: the first one is pinned already

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from agents.context._archive import clip, error_lines
-from agents.context._classify import Span, facts, rule_spans, score_unit, split_units
+from agents.context._classify import Span, facts, has_constraint, holds_fact, rule_spans, score_unit, split_units
 from schemas import Message
 
 __all__ = ["ExtractiveSummarizer", "Summarizer"]
@@ -33,6 +33,9 @@ _MIN_CLAUSE_CONTEXT = 16
 """A later rule clause is quoted only with this many characters of it besides the trigger:
 a bare "…not…" says nothing."""
 _HEAD = re.compile(r"§\d+§ ")
+_USER_RULE = 100.0
+"""Added to the score of a user's line that states a rule: a merge keeps every such line
+before any narration, however many facts the narration quotes."""
 
 
 @runtime_checkable
@@ -53,6 +56,10 @@ class Summarizer(Protocol):
 
 class ExtractiveSummarizer:
     """Keeps verbatim units ranked by `score_unit`; one line per message.
+
+    A merge keeps the user's rule lines first. A unit holding a number, a negation or a
+    name is quoted whole or not at all; the first one picked for a line is kept whole
+    even past the line's share (up to `max_chars`).
 
     :param ratio: share of a message's size its summary line may take.
     :param min_chars: a line may always take this much, so short turns stay whole.
@@ -97,13 +104,16 @@ class ExtractiveSummarizer:
         return clip(head + _shorten(_body(best), int(budget) - len(head), set()), int(budget))
 
     def _score(self, line: str) -> float:
-        body = _body(line)
-        score = self._scores.get(body)
+        score = self._scores.get(line)
         if score is None:
             if len(self._scores) >= _SCORE_MEMO:
                 for key in list(self._scores)[: _SCORE_MEMO // 2]:
                     del self._scores[key]
-            score = self._scores[body] = score_unit(body)
+            body = _body(line)
+            score = score_unit(body)
+            if _head(line).endswith(" user: ") and has_constraint(body):
+                score += _USER_RULE
+            self._scores[line] = score
         return score
 
     def _line(self, message: Message) -> str:
@@ -118,7 +128,7 @@ class ExtractiveSummarizer:
         elif message.kind == "tool_call":
             body = self._tool_call(message, budget, noise)
         else:
-            body = self._pick(message.content, budget, noise)
+            body = self._pick(message.content, budget, noise, whole_facts=True, by_function=message.role != "assistant")
         # One line per message, whatever its breaks (CRLF, soft wraps, code blocks): a merge
         # ranks and drops lines, and a piece without its `§N§` head would lose its source.
         return head + " ".join(body.split())
@@ -164,18 +174,25 @@ class ExtractiveSummarizer:
             out += " · " + " · ".join(found)
         return clip(out, budget)
 
-    def _pick(self, text: str, budget: int, noise: set[str]) -> str:
+    def _pick(
+        self, text: str, budget: int, noise: set[str], *, whole_facts: bool = False, by_function: bool = False
+    ) -> str:
         # A line holds a few hundred characters: ranking the first units is enough, and
         # bounds the rule work on a long message.
         units = [u.strip() for u in split_units(text[:_PICK_SCAN_CHARS]) if u.strip()]
         if not units:
             return ""
-        scored = sorted(range(len(units)), key=lambda i: (-(score_unit(units[i]) + (i == 0)), i))
+        scores = [score_unit(unit, by_function=by_function) for unit in units]
+        scored = sorted(range(len(units)), key=lambda i: (-(scores[i] + (i == 0)), i))
         keep: list[tuple[int, str]] = []
         used = 0
         for i in scored:
             unit = units[i]
-            if len(unit) > budget:
+            if len(unit) > budget and whole_facts and holds_fact(unit):
+                if keep or len(unit) > self.max_chars:
+                    continue  # not cut: a number, negation or name without its sentence misleads
+                budget = len(unit) + 1
+            elif len(unit) > budget:
                 unit = _shorten(unit, budget - used - 1, noise)
                 if not unit:
                     continue

@@ -92,9 +92,15 @@ def test_soft_pins_are_demoted_before_hard_constraints(make_ctx: MakeContext) ->
 
 
 def test_a_long_hard_pin_cut_to_its_constraint_is_reported_as_such(make_ctx: MakeContext) -> None:
-    ctx = make_ctx(window=2_000, settings={"reserve_system": 300, "reserve_output": 300})
-    background = "Some background on the module layout and how it grew over the years. " * 6
-    rules = [ctx.add("user", f"{background}Never edit vendor{i}/ by hand.") for i in range(3)]
+    ctx = make_ctx(window=1_900, settings={"reserve_system": 300, "reserve_output": 300})
+    # Mostly rule (else only its rules are pinned, issue 21) and longer than SHORT_RULE_CHARS
+    # (else it is never cut): pinned whole, then cut to its rules.
+    background = "Some background on the module layout and how it grew over the years. " * 2
+    rule = (
+        "Never edit vendor{i}/ by hand. Never reformat its files, never bump its pinned versions, and never "
+        "delete its license headers or its changelog, whatever a linter says about them."
+    )
+    rules = [ctx.add("user", background + rule.format(i=i)) for i in range(3)]
     trims = ctx.compose().report.trims
     assert [(t.tag, t.source, t.destination) for t in trims] == [(rules[0], "pinned", "constraint")]
     pinned = next(v for v in ctx.inspect() if v.name == "pinned")
@@ -103,7 +109,7 @@ def test_a_long_hard_pin_cut_to_its_constraint_is_reported_as_such(make_ctx: Mak
         (rules[1], "chat"),
         (rules[2], "chat"),
     ]
-    assert pinned.items[0].text == f"§{rules[0]}§ Never edit vendor0/ by hand."
+    assert pinned.items[0].text == f"§{rules[0]}§ {rule.format(i=0)}"
 
 
 def test_hard_constraints_that_alone_exceed_the_budget_are_reported(

@@ -15,10 +15,16 @@ from agents.context._state import ContextState
 from tests.context.conftest import Clock, MakeContext
 
 RULE = "Never run migrations against the production database."
+RULES = (
+    "Never touch the billing cron by hand. Never rotate the billing keys yourself. Never share the billing "
+    f"dashboards outside the team. {RULE}"
+)
 LONG_RULE = (
     "Some background first, the team discussed this at length last week and the notes are in the "
-    f"wiki page about billing. {RULE}"
+    f"wiki page about billing. {RULES}"
 )
+"""Longer than `SHORT_RULE_CHARS` (a shorter rule is never cut, issue 21) and mostly rule
+(pinned whole); cut, it gives `RULES`."""
 TIGHT = ContextConfig(window=1200, reserve_system=100, reserve_output=100)
 """A window where a long user input pushes pinned messages out."""
 
@@ -73,11 +79,11 @@ def test_restore_keeps_the_constraint_of_a_message_dropped_since(make_ctx: MakeC
     rule = ctx.add("user", LONG_RULE)
     ctx.add("assistant", "ok")
     ctx.switch_mode("task")  # the snapshot has the rule pinned whole
-    assert _pinned(ctx, "x " * 800).endswith(f"§{rule}§ {RULE}"), "pressure cut it to its constraint"
+    assert _pinned(ctx, "x " * 800).endswith(f"§{rule}§ {RULES}"), "pressure cut it to its constraints"
     assert ctx.drop([rule]) == [rule]
     ctx.restore()
     composed = ctx.compose()
-    assert f"§{rule}§ {RULE}" in composed.messages[1]["content"]
+    assert f"§{rule}§ {RULES}" in composed.messages[1]["content"]
     assert f"[dropped §{rule}§]" in [m["content"] for m in composed.messages[2:]], "the drop stays, in rolling"
 
 

@@ -98,4 +98,4 @@ def test_every_rule_clause_of_a_long_sentence_keeps_its_negation(text: str, kept
     line = ExtractiveSummarizer().summarize([_msg(1, text, role="user")])
     for clause in kept:
         assert clause in line
-    assert len(line) < len(text)
+    assert text in line, "a sentence with numbers and negations is not cut (issue 21)"
