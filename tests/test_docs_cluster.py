@@ -101,7 +101,7 @@ def test_the_documented_three_machine_cluster_commits_with_a_server_stopped(tmp_
             assert coordinator.readline().startswith("coordinator coord-n1 serving"), coordinator.stderr
             with Command("status", env=env) as status:
                 out, err = status.finish()
-            assert status.proc.returncode == 0 and "coordinator coord-n1 up" in out, err
+            assert status.proc.returncode == 0 and "coordinator coord-n1 serving: up" in out, err
 
             servers[1].send_signal(signal.SIGTERM)  # stop one server
             servers[1].wait(READ_TIMEOUT)

@@ -103,4 +103,7 @@ def test_an_error_quoting_a_bracket_prints_it_as_written(tmp_path: Path) -> None
     env = {**os.environ, "CTXBUS_STATE_DIR": str(tmp_path), "COLUMNS": "80"}
     inspected = _ctxbus("inspect", "a1", "-d", "a/b/c", "--store", str(store), env=env)
     assert inspected.returncode == 1, inspected.stderr
-    assert inspected.stderr == f"ctxbus: error: cannot read agent store {store}: file is not a database\n"
+    assert inspected.stderr.startswith(f"ctxbus: error: context store '{store}' is not a SQLite database"), (
+        inspected.stderr
+    )
+    assert inspected.stderr.count("\n") == 1, "one line, the path as written"
