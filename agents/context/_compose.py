@@ -126,6 +126,7 @@ class _Run:
         if self.layers_cap < 0:
             raise InputTooLarge(self.input_cost, self.cfg.available - excess)
         self.b: LayerBudgets = self.cfg.budgets(self.layers_cap)
+        self.head_brief = brief
         self.brief = f"{_BRIEF_HEADER}{brief}" if brief else None
         self.brief_tokens = count(self.brief) if self.brief else 0
         self.summary_header = count(SUMMARY_HEADER)
@@ -144,6 +145,18 @@ class _Run:
         self.batch: list[Entry] = []
         self.pinned_overflow = 0
         self.evicted = False
+        head = state.head
+        self.rebuild: str | None = head.due
+        """Why this compose rebuilds the head, or None while it only appends."""
+        if self.rebuild is None and head.composed_at is not None and now - head.composed_at > self.cfg.cache_lifetime:
+            self.rebuild = "cache_expired"
+        if self.rebuild is None and brief != head.brief:
+            self.rebuild = "brief"
+        self.boundary: int | None = None if self.rebuild else head.boundary
+        """Pins and records from this tag on show in the tail; None while rebuilding (then
+        it is the oldest message the rolling layer shows, as it goes)."""
+        if self.rebuild is None:
+            self.opening = head.opening
 
     # -- costs -------------------------------------------------------------------------
 
@@ -164,7 +177,7 @@ class _Run:
         for e in self.st.pinned:
             if e.tag in self.omitted:
                 continue
-            if e.tag > first:
+            if e.tag >= first:
                 total += e.shown_tokens + self.ov
             else:
                 items += 1
@@ -176,8 +189,11 @@ class _Run:
         return total + (self.ov + self.pinned_header if items else 0)
 
     def first_rolling(self) -> int:
-        """The tag of the oldest message the rolling layer shows, or one past the newest
-        tag when it shows none (no pin is newer)."""
+        """Where the tail starts: the tag of the oldest message the rolling layer shows, or
+        one past the newest tag when it shows none. Between rebuilds, where it started at
+        the last one (`HeadState.boundary`): the head holds what is older."""
+        if self.boundary is not None:
+            return self.boundary
         for e in self.visible:
             if e.layer == "rolling":
                 return e.tag
@@ -200,17 +216,31 @@ class _Run:
         if any(tag not in omitted and st.entries[tag - 1].layer != "pinned" for tag in st.records):
             return False
         rolling = [e for e in self.visible if e.layer == "rolling"]
-        late = late_pins(st, rolling, omitted)
+        late = late_pins(st, self.first_rolling(), omitted)
         if any(e.tag not in omitted and e not in late for e in st.pinned):
             return False  # a pin in the head
         first = min(rolling[:1] + late[:1], key=lambda e: e.tag, default=None)
         return first.role == "assistant" if first is not None else not self.user_input
 
     def execute(self) -> Composition:
-        self._rebuild()
+        self._measure()
+        if self.rebuild is None:
+            if self._expiring():
+                self.rebuild = "expired"
+            elif not self.opening and self.needs_opening():
+                self.rebuild = "opening"  # the prompt would show no user message (see `needs_opening`)
+            elif self.total() <= self.layers_cap * self.cfg.high_water:
+                self.st.composed(self.now)
+                return render(self)
+            else:
+                self.rebuild = "pressure"
+            self.boundary = None
+            self.opening = False  # the rebuild decides afresh
         self._expire()
         while self.pinned_cost() > self.b.pinned and self._demote_one():
-            self._rebuild()
+            self._measure()
+        if self.rebuild in ("pressure", "cache_expired"):
+            self._lower()
         self._fit()
         if self.needs_opening():
             # Room for the line is taken from the layers and the fit run again; what it
@@ -221,9 +251,29 @@ class _Run:
         if self.evicted:
             self.st.rolling = [e for e in self.st.rolling if e.layer == "rolling"]
         self.pinned_overflow = max(0, self.pinned_cost() - self.b.pinned)
+        self.boundary = self.first_rolling()
+        self.st.head_rebuilt(boundary=self.boundary, opening=self.opening, brief=self.head_brief, now=self.now)
         return render(self)
 
-    def _rebuild(self) -> None:
+    def total(self) -> int:
+        """What the layers cost as they stand."""
+        return self.pinned_cost() + self.summary_cost() + self.rolling_cost
+
+    def _expiring(self) -> bool:
+        """Whether a message in the prompt has outlived its ttl."""
+        return any(
+            (e := self.st.entries[tag - 1]).layer in ("rolling", "pinned") and e.expired(self.now)
+            for tag in self.st.ttl_tags
+        )
+
+    def _lower(self) -> None:
+        """Evict by value down to the low-water mark: the turns after this rebuild then
+        only append, until the prompt reaches the high-water mark again."""
+        over = self.total() - int(self.layers_cap * self.cfg.low_water)
+        if over > 0 and self._evict_by_value(over):
+            self._flush_batch()
+
+    def _measure(self) -> None:
         """(Re)compute the visible rolling messages, their cost and the protected units.
 
         Linear in the rolling layer but only attribute reads: units are looked up in the
@@ -280,7 +330,7 @@ class _Run:
                 if e.layer == "pinned":
                     self.st.demote(e)
                     self._trim(e, "expired", "pinned", "rolling", e.shown_tokens)
-                    self._rebuild()
+                    self._measure()
                 if e.kind in self.mode.kinds and e.unit not in self.protected and e.unit not in due:
                     due.append(e.unit)
         for unit in due:
@@ -297,7 +347,7 @@ class _Run:
             elif self.st.summaries:
                 self._drop_summary(0)
             elif self._demote_one():
-                self._rebuild()
+                self._measure()
             elif self._evict_protected():
                 self._note("the protected recent window alone is over budget; evicting inside it")
                 self._flush_batch()

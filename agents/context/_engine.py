@@ -331,6 +331,7 @@ class LocalContext:
             e.set_compact(placeholder, tokens)
             self._state.touch(e)
             done.append(e.tag)
+            self._state.rebuild_due("drop")
             logger.info(
                 "context drop §%s§",
                 e.tag,
@@ -365,6 +366,7 @@ class LocalContext:
         )
         self._mode = new
         self._last = None
+        self._state.rebuild_due("mode")
         return snapshot
 
     def restore(self, snapshot: int | None = None) -> str:

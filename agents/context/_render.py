@@ -29,7 +29,15 @@ from agents.context._state import ContextState
 from agents.context._wire import Prompt
 from schemas import MESSAGE_KINDS
 
-__all__ = ["HEAD_SEPARATOR", "OPENING", "PINNED_HEADER", "SUMMARY_HEADER", "Plan", "late_pins", "render"]
+__all__ = [
+    "HEAD_SEPARATOR",
+    "OPENING",
+    "PINNED_HEADER",
+    "SUMMARY_HEADER",
+    "Plan",
+    "late_pins",
+    "render",
+]
 
 PINNED_HEADER = "[pinned: goal and constraints]\n"
 SUMMARY_HEADER = "[summary of earlier turns]\n"
@@ -56,6 +64,8 @@ class Plan(Protocol):
     brief: str | None
     brief_tokens: int
     opening: bool
+    boundary: int | None
+    rebuild: str | None
     opening_cost: int
     omitted: set[int]
     trims: list[Trim]
@@ -73,13 +83,12 @@ class Plan(Protocol):
     def standins(self, entries: list[Entry]) -> int: ...
 
 
-def late_pins(st: ContextState, rolling: list[Entry], omitted: set[int]) -> list[Entry]:
-    """The pinned messages shown at their place in the tail: those newer than the oldest
-    message of `rolling` (the rolling layer as shown)."""
-    if not rolling or not st.pinned or st.pinned[-1].tag < rolling[0].tag:
+def late_pins(st: ContextState, first: int, omitted: set[int]) -> list[Entry]:
+    """The pinned messages shown at their place in the tail: those from tag `first` (where
+    the tail starts; see `HeadState.boundary`) on."""
+    if not st.pinned or st.pinned[-1].tag < first:
         return []
-    first = rolling[0].tag
-    return [e for e in st.pinned if e.tag > first and e.tag not in omitted]
+    return [e for e in st.pinned if e.tag >= first and e.tag not in omitted]
 
 
 def _in_order(rolling: list[Entry], late: list[Entry]) -> list[Entry]:
@@ -94,7 +103,9 @@ def render(run: Plan) -> Composition:
     st = run.st
     kinds = run.mode.kinds
     rolling = st.rolling if len(kinds) == len(MESSAGE_KINDS) else [e for e in st.rolling if e.kind in kinds]
-    late = late_pins(st, rolling, run.omitted)
+    first = run.boundary
+    assert first is not None
+    late = late_pins(st, first, run.omitted)
     in_tail = {e.tag for e in late}
     pinned: list[tuple[int | None, str, str, int]] = sorted(
         [
@@ -155,6 +166,7 @@ def render(run: Plan) -> Composition:
         pinned_overflow=run.pinned_overflow,
         hard_omitted=tuple(sorted(run.omitted)),
         notes=tuple(run.notes),
+        rebuild=run.rebuild,
     )
     logger.info(
         "context compose: %s of %s tokens",

@@ -110,6 +110,14 @@ class ComposeReport:
     """Source tags of hard constraints left out because they alone exceed the budget."""
     notes: tuple[str, ...]
     """Plain-language warnings (e.g. protected window over budget)."""
+    rebuild: str | None = None
+    """Why this compose rebuilt the head of the prompt, or None: it only appended to the
+    previous compose's prompt, whose messages it repeats byte for byte (a provider's
+    prompt cache serves them). Reasons: `first` (first compose since open), `mode` (a mode
+    switch), `layers` (a restore), `drop`, `note` (a note on a message already shown),
+    `brief` (the shared brief changed), `expired` (a ttl ran out), `cache_expired`
+    (longer than `cache_lifetime` since the last compose) and `pressure` (past the
+    high-water mark)."""
 
 
 class Composition:

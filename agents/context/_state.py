@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import math
 import re
+from dataclasses import dataclass
 
 from agents.context._archive import compact_form
 from agents.context._calls import CALL_OVERHEAD, Call, calls_text, calls_tokens, coerce_calls, legacy_calls
@@ -22,7 +23,7 @@ from agents.context._report import logger
 from agents.context._tokens import Tokenizer
 from schemas import MESSAGE_KINDS, MESSAGE_ROLES, message_id
 
-__all__ = ["ContextState", "check_message", "default_importance"]
+__all__ = ["ContextState", "HeadState", "check_message", "default_importance"]
 
 _TAG_REF = re.compile(r"§(\d+)§")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
@@ -51,6 +52,31 @@ def default_importance(role: str, kind: str, *, first_user: bool) -> float:
     if role == "user" and kind == "chat":
         return PIN_IMPORTANCE if first_user else 0.5
     return _DEFAULT_IMPORTANCE[kind]
+
+
+@dataclass(slots=True)
+class HeadState:
+    """What the head of the prompt was built from, as of the last rebuild.
+
+    Between rebuilds a compose only appends (docs/ARCHITECTURE.md section 3), so the
+    head, and every message the previous prompt showed, render to the same bytes.
+    In memory only: a reopened context rebuilds at its first compose (`due`).
+    """
+
+    composed_at: float | None = None
+    """When the last compose ran (the context's clock); None: never since open."""
+    boundary: int = 0
+    """Pins and constraint records from this tag on are shown at their place in the tail,
+    not in the head: the oldest message the rolling layer showed at the rebuild (or the
+    next tag, if it showed none)."""
+    opening: bool = False
+    """Whether the head was the opening line alone."""
+    brief: str | None = None
+    """The brief text the head holds."""
+    shown_upto: int = 0
+    """One past the newest tag the last compose could show."""
+    due: str | None = "first"
+    """Why the next compose must rebuild whatever the budget says, or None."""
 
 
 class ContextState:
@@ -95,6 +121,8 @@ class ContextState:
         self._record_keys: dict[str, int] = {}
         """Normalized constraint text -> the tag that stated it first (dedupes restatements)."""
         self._has_user = False
+        self.head = HeadState()
+        """What the head was built from at the last rebuild; see `HeadState`."""
         self._pin_max = config.budgets(config.available).pinned
         count = tokenizer.count
         self._ascii_tag = count("§") == count("@") == 1 and count("§12§ x") == count("@12@ x")
@@ -212,6 +240,7 @@ class ContextState:
         the next compose does. A hard pin later cut to a record keeps the key of its whole
         text: a word-for-word restatement is then still recognised.
         """
+        self.rebuild_due("layers")
         self.rolling = [e for e in self.entries if e.layer == "rolling"]
         self.pinned = [e for e in self.entries if e.layer == "pinned"]
         self.ttl_tags = {e.tag for e in self.entries if e.ttl is not None}
@@ -232,6 +261,21 @@ class ContextState:
         """The messages of a unit, in order."""
         return self.units.get(unit) or [self.entries[unit - 1]]
 
+    def rebuild_due(self, reason: str) -> None:
+        """Make the next compose rebuild the head (the layers changed under it)."""
+        if self.head.due is None:
+            self.head.due = reason
+
+    def head_rebuilt(self, *, boundary: int, opening: bool, brief: str | None, now: float) -> None:
+        """Record the head a rebuild made: later composes append to it."""
+        self.head = HeadState(composed_at=now, boundary=boundary, opening=opening, brief=brief, due=None)
+        self.head.shown_upto = self.next_tag
+
+    def composed(self, now: float) -> None:
+        """Record an append-only compose at `now`."""
+        self.head.composed_at = now
+        self.head.shown_upto = self.next_tag
+
     def annotate(self, tag: int, text: str) -> Entry:
         """Append `text` to what the model is shown of tool result §tag§.
 
@@ -243,6 +287,8 @@ class ContextState:
             raise UnknownReference(f"§{tag}§ is {what}; only a tool result takes a note")
         entry.add_note(text, self.tokenizer.count(text) + 1 if text else 0)
         self.touch(entry)
+        if tag < self.head.shown_upto:
+            self.rebuild_due("note")  # a message a prompt already showed changes
         return entry
 
     def touch(self, entry: Entry) -> None:
@@ -276,6 +322,7 @@ class ContextState:
         self.records[entry.tag] = record
         self._record_keys[key] = entry.tag
         self.records_dirty = True
+        self.rebuild_due("constraint")  # the head shows it from the next compose on
         return record
 
     def forget_record(self, tag: int) -> None:
