@@ -21,12 +21,13 @@ from collections.abc import Callable, Iterator
 
 from agents.context._classify import has_constraint
 from agents.context._config import LayerBudgets
+from agents.context._delta import brief_delta
 from agents.context._errors import InputTooLarge, InvalidConfig
 from agents.context._modes import ModeDescriptor
-from agents.context._records import LOW_VALUE_KINDS, Entry, eviction_value
+from agents.context._records import LOW_VALUE_KINDS, Entry, Shown, eviction_value
 from agents.context._render import OPENING, PINNED_HEADER, SUMMARY_HEADER, late_pins, render
 from agents.context._report import Composition, Trim, TrimReason, log_trim, logger
-from agents.context._state import ContextState
+from agents.context._state import ContextState, Delta
 from agents.context._summary import Summarizer
 from agents.context._wire import STANDIN_RESULT
 from schemas import MESSAGE_KINDS
@@ -150,13 +151,27 @@ class _Run:
         """Why this compose rebuilds the head, or None while it only appends."""
         if self.rebuild is None and head.composed_at is not None and now - head.composed_at > self.cfg.cache_lifetime:
             self.rebuild = "cache_expired"
-        if self.rebuild is None and brief != head.brief:
-            self.rebuild = "brief"
+        self.stable = 0 if self.rebuild else head.tail_length
+        """Tail messages the previous compose showed too (see `Prompt.stable`)."""
+        self.deltas: tuple[Delta, ...] = ()
+        """Changes of the brief since the last rebuild, shown in the tail."""
+        self.seen_brief = brief
+        if self.rebuild is None and brief != head.seen_brief:
+            if brief is None or head.seen_brief is None or head.brief_text != f"{_BRIEF_HEADER}{head.brief}":
+                self.rebuild = "brief"  # no brief to change (or one cut to fit): the head shows it afresh
         self.boundary: int | None = None if self.rebuild else head.boundary
         """Pins and records from this tag on show in the tail; None while rebuilding (then
         it is the oldest message the rolling layer shows, as it goes)."""
         if self.rebuild is None:
             self.opening = head.opening
+            self.omitted = set(head.omitted)
+            self.brief, self.brief_tokens = head.brief_text, head.brief_tokens
+            self.deltas = head.deltas
+            if brief != head.seen_brief:
+                assert brief is not None and head.seen_brief is not None
+                text = brief_delta(head.seen_brief, brief)
+                shown = Shown.said(-1 - len(self.deltas), text)
+                self.deltas += (Delta(state.next_tag - 1, shown, count(text)),)
 
     # -- costs -------------------------------------------------------------------------
 
@@ -165,7 +180,9 @@ class _Run:
         return self.rules_cost() + self.brief_cost()
 
     def brief_cost(self) -> int:
-        return self.brief_tokens + 1 + self.ov if self.brief else 0
+        """The brief in the head and its deltas in the tail."""
+        head = self.brief_tokens + 1 + self.ov if self.brief else 0
+        return head + sum(d.tokens + self.ov for d in self.deltas)
 
     def rules_cost(self) -> int:
         """The pinned layer without the brief: pinned messages and constraint records, and
@@ -230,12 +247,15 @@ class _Run:
             elif not self.opening and self.needs_opening():
                 self.rebuild = "opening"  # the prompt would show no user message (see `needs_opening`)
             elif self.total() <= self.layers_cap * self.cfg.high_water:
-                self.st.composed(self.now)
-                return render(self)
+                self.st.composed(self.now, seen_brief=self.seen_brief, deltas=self.deltas)
+                return self._render()
             else:
                 self.rebuild = "pressure"
             self.boundary = None
             self.opening = False  # the rebuild decides afresh
+            self.omitted, self.deltas, self.stable = set(), (), 0
+            self.brief = f"{_BRIEF_HEADER}{self.head_brief}" if self.head_brief else None
+            self.brief_tokens = self.count(self.brief) if self.brief else 0
         self._expire()
         while self.pinned_cost() > self.b.pinned and self._demote_one():
             self._measure()
@@ -252,8 +272,21 @@ class _Run:
             self.st.rolling = [e for e in self.st.rolling if e.layer == "rolling"]
         self.pinned_overflow = max(0, self.pinned_cost() - self.b.pinned)
         self.boundary = self.first_rolling()
-        self.st.head_rebuilt(boundary=self.boundary, opening=self.opening, brief=self.head_brief, now=self.now)
-        return render(self)
+        self.st.head_rebuilt(
+            boundary=self.boundary,
+            opening=self.opening,
+            brief=self.head_brief,
+            brief_text=self.brief,
+            brief_tokens=self.brief_tokens,
+            omitted=self.omitted,
+            now=self.now,
+        )
+        return self._render()
+
+    def _render(self) -> Composition:
+        result = render(self)
+        self.st.tail_shown(result.tail_length)
+        return result
 
     def total(self) -> int:
         """What the layers cost as they stand."""
@@ -269,8 +302,10 @@ class _Run:
     def _lower(self) -> None:
         """Evict by value down to the low-water mark: the turns after this rebuild then
         only append, until the prompt reaches the high-water mark again."""
-        over = self.total() - int(self.layers_cap * self.cfg.low_water)
-        if over > 0 and self._evict_by_value(over):
+        low = int(self.layers_cap * self.cfg.low_water)
+        # What is evicted is summarized, and the summary grows: evict again until the
+        # whole is down to the mark (or nothing outside the protected window is left).
+        while (over := self.total() - low) > 0 and self._evict_by_value(over):
             self._flush_batch()
 
     def _measure(self) -> None:

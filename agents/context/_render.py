@@ -18,14 +18,15 @@ the head. It moves to the pinned block once the rolling layer has moved past it.
 
 from __future__ import annotations
 
+import hashlib
 from array import array
 from typing import Protocol
 
 from agents.context._config import ContextConfig, LayerBudgets
 from agents.context._modes import ModeDescriptor
-from agents.context._records import Entry
+from agents.context._records import Entry, Shown
 from agents.context._report import ComposeReport, Composition, LayerItem, LayerView, Trim, logger
-from agents.context._state import ContextState
+from agents.context._state import ContextState, Delta
 from agents.context._wire import Prompt
 from schemas import MESSAGE_KINDS
 
@@ -66,6 +67,8 @@ class Plan(Protocol):
     opening: bool
     boundary: int | None
     rebuild: str | None
+    deltas: tuple[Delta, ...]
+    stable: int
     opening_cost: int
     omitted: set[int]
     trims: list[Trim]
@@ -96,6 +99,20 @@ def _in_order(rolling: list[Entry], late: list[Entry]) -> list[Entry]:
     if not late:
         return rolling
     return sorted([*rolling, *late], key=lambda e: e.tag)
+
+
+def _with_deltas(tail: list[Shown], deltas: tuple[Delta, ...]) -> list[Shown]:
+    """`tail` with each brief delta put in after the message it followed (both in order)."""
+    if not deltas:
+        return tail
+    out: list[Shown] = []
+    i = 0
+    for d in deltas:
+        while i < len(tail) and tail[i].tag <= d.after:
+            out.append(tail[i])
+            i += 1
+        out.append(d.shown)
+    return out + tail[i:]
 
 
 def render(run: Plan) -> Composition:
@@ -133,14 +150,14 @@ def render(run: Plan) -> Composition:
     if brief:
         sections.append(brief)
     head = HEAD_SEPARATOR.join(sections) if sections else None
-    tail = [e.view or e.shown_view() for e in _in_order(rolling, late)]
-    prompt = Prompt(run.sys_text, head, tail, run.user_input)
+    tail = _with_deltas([e.view or e.shown_view() for e in _in_order(rolling, late)], run.deltas)
+    prompt = Prompt(run.sys_text, head, tail, run.user_input, run.stable)
 
     messages: list[dict[str, str]] = [{"role": "system", "content": run.sys_text}]
     if head is not None:
         messages.append({"role": "user", "content": head})
     messages += [view.chat for view in tail]
-    shown = [e.view or e.shown_view() for e in rolling] if late else tail
+    shown = [e.view or e.shown_view() for e in rolling] if late or run.deltas else tail
     rolling_tokens = array("l", [e.shown_tokens for e in rolling])
     rolling = list(rolling) if rolling is st.rolling else rolling
     if run.user_input:
@@ -183,6 +200,7 @@ def render(run: Plan) -> Composition:
         },
     )
     b, sys_text, sys_cost, user_input, input_cost = run.b, run.sys_text, run.sys_cost, run.user_input, run.input_cost
+    deltas = run.deltas
     ov = run.ov
 
     def views() -> tuple[LayerView, ...]:
@@ -197,7 +215,8 @@ def render(run: Plan) -> Composition:
                 "brief",
                 b.pinned,
                 layers["brief"],
-                (LayerItem(None, "brief", brief, brief_tokens + 1),) if brief else (),
+                ((LayerItem(None, "brief", brief, brief_tokens + 1),) if brief else ())
+                + tuple(LayerItem(None, "brief_delta", d.shown.text, d.tokens + ov) for d in deltas),
             ),
             LayerView(
                 "rolling",
@@ -216,4 +235,9 @@ def render(run: Plan) -> Composition:
             ),
         )
 
-    return Composition(messages, report, views, prompt)
+    return Composition(messages, report, views, prompt, prompt_cache_key(run.domain))
+
+
+def prompt_cache_key(domain: str) -> str:
+    """A stable, opaque key per agent for OpenAI's `prompt_cache_key`."""
+    return "ctxbus-" + hashlib.sha256(domain.encode()).hexdigest()[:24]

@@ -18,12 +18,12 @@ from agents.context._calls import CALL_OVERHEAD, Call, calls_text, calls_tokens,
 from agents.context._classify import constraint_text, has_constraint
 from agents.context._config import ContextConfig
 from agents.context._errors import InvalidMessage, UnknownReference
-from agents.context._records import ConstraintRecord, Entry, SummaryEntry
+from agents.context._records import ConstraintRecord, Entry, Shown, SummaryEntry
 from agents.context._report import logger
 from agents.context._tokens import Tokenizer
 from schemas import MESSAGE_KINDS, MESSAGE_ROLES, message_id
 
-__all__ = ["ContextState", "HeadState", "check_message", "default_importance"]
+__all__ = ["ContextState", "Delta", "HeadState", "check_message", "default_importance"]
 
 _TAG_REF = re.compile(r"§(\d+)§")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
@@ -54,6 +54,15 @@ def default_importance(role: str, kind: str, *, first_user: bool) -> float:
     return _DEFAULT_IMPORTANCE[kind]
 
 
+@dataclass(frozen=True, slots=True)
+class Delta:
+    """A change of the shared brief, shown in the tail after message §after§."""
+
+    after: int
+    shown: Shown
+    tokens: int
+
+
 @dataclass(slots=True)
 class HeadState:
     """What the head of the prompt was built from, as of the last rebuild.
@@ -72,9 +81,20 @@ class HeadState:
     opening: bool = False
     """Whether the head was the opening line alone."""
     brief: str | None = None
-    """The brief text the head holds."""
+    """The brief the head was built from (as the host gave it)."""
+    brief_text: str | None = None
+    """What the head shows of it (headed; cut, if it did not fit), and its tokens."""
+    brief_tokens: int = 0
+    seen_brief: str | None = None
+    """The brief as the model sees it: the head's with the deltas applied."""
+    deltas: tuple[Delta, ...] = ()
+    """Changes of the brief since the rebuild, shown in the tail (`agents.context._delta`)."""
+    omitted: frozenset[int] = frozenset()
+    """Hard constraints the rebuild left out of the head (they alone exceeded the budget)."""
     shown_upto: int = 0
     """One past the newest tag the last compose could show."""
+    tail_length: int = 0
+    """Messages of the tail the last compose showed."""
     due: str | None = "first"
     """Why the next compose must rebuild whatever the budget says, or None."""
 
@@ -266,15 +286,42 @@ class ContextState:
         if self.head.due is None:
             self.head.due = reason
 
-    def head_rebuilt(self, *, boundary: int, opening: bool, brief: str | None, now: float) -> None:
+    def head_rebuilt(
+        self,
+        *,
+        boundary: int,
+        opening: bool,
+        brief: str | None,
+        brief_text: str | None,
+        brief_tokens: int,
+        omitted: set[int],
+        now: float,
+    ) -> None:
         """Record the head a rebuild made: later composes append to it."""
-        self.head = HeadState(composed_at=now, boundary=boundary, opening=opening, brief=brief, due=None)
-        self.head.shown_upto = self.next_tag
+        self.head = HeadState(
+            composed_at=now,
+            boundary=boundary,
+            opening=opening,
+            brief=brief,
+            brief_text=brief_text,
+            brief_tokens=brief_tokens,
+            seen_brief=brief,
+            omitted=frozenset(omitted),
+            shown_upto=self.next_tag,
+            due=None,
+        )
 
-    def composed(self, now: float) -> None:
-        """Record an append-only compose at `now`."""
-        self.head.composed_at = now
-        self.head.shown_upto = self.next_tag
+    def tail_shown(self, length: int) -> None:
+        """Record how many tail messages the compose just made shows."""
+        self.head.tail_length = length
+
+    def composed(self, now: float, *, seen_brief: str | None, deltas: tuple[Delta, ...]) -> None:
+        """Record an append-only compose at `now`, with the brief deltas it showed."""
+        head = self.head
+        head.composed_at = now
+        head.shown_upto = self.next_tag
+        head.seen_brief = seen_brief
+        head.deltas = deltas
 
     def annotate(self, tag: int, text: str) -> Entry:
         """Append `text` to what the model is shown of tool result §tag§.
