@@ -27,7 +27,7 @@ from agents.context._modes import ModeDescriptor
 from agents.context._records import LOW_VALUE_KINDS, Entry, Shown, eviction_value
 from agents.context._render import OPENING, PINNED_HEADER, SUMMARY_HEADER, late_pins, render
 from agents.context._report import Composition, Trim, TrimReason, log_trim, logger
-from agents.context._state import ContextState, Delta
+from agents.context._state import ContextState, Delta, Queued
 from agents.context._summary import Summarizer
 from agents.context._wire import STANDIN_RESULT
 from schemas import MESSAGE_KINDS
@@ -151,6 +151,8 @@ class _Run:
         """Why this compose rebuilds the head, or None while it only appends."""
         if self.rebuild is None and head.composed_at is not None and now - head.composed_at > self.cfg.cache_lifetime:
             self.rebuild = "cache_expired"
+        self.queued: dict[int, Queued] = {} if self.rebuild else head.queued
+        """Drops queued until the next rebuild: shown as they were (see `ContextState.drop`)."""
         self.stable = 0 if self.rebuild else head.tail_length
         """Tail messages the previous compose showed too (see `Prompt.stable`)."""
         self.deltas: tuple[Delta, ...] = ()
@@ -254,6 +256,9 @@ class _Run:
             self.boundary = None
             self.opening = False  # the rebuild decides afresh
             self.omitted, self.deltas, self.stable = set(), (), 0
+            if self.queued:  # applied now: the rebuild shows their placeholders
+                self.queued = {}
+                self._measure()
             self.brief = f"{_BRIEF_HEADER}{self.head_brief}" if self.head_brief else None
             self.brief_tokens = self.count(self.brief) if self.brief else 0
         self._expire()
@@ -323,6 +328,10 @@ class _Run:
         self.rolling_cost = sum([e.shown_tokens for e in self.visible]) + self.ov * len(self.visible)
         if self.st.unanswered:
             self.rolling_cost += sum(self._standins(e) for e in self.visible)
+        for tag, queued in self.queued.items():
+            e = self.st.entries[tag - 1]
+            if e.layer == "rolling" and e.kind in kinds:
+                self.rolling_cost += queued.tokens - e.shown_tokens
         self.protected = protected_units(self.visible, self.cfg.protected_recent)
         self.newest = self.visible[-1].tag if self.visible else 0
         self.candidates = self._candidates()

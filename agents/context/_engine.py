@@ -297,17 +297,34 @@ class LocalContext:
         self._settle()
         visible = [e for e in self._state.rolling if e.kind in self._mode.kinds]
         protected = protected_units(visible, self.config.protected_recent)
-        return [
+        queued = self._state.head.queued
+        items = [
             TailItem(e.tag, e.id, e.role, e.kind, e.tool_name, e.tail_tokens, e.state, e.unit in protected, e.unit)
             for e in visible
         ]
+        if queued:  # shown as they were until the next rebuild: counted as shown
+            items = [
+                TailItem(i.tag, i.id, i.role, i.kind, i.tool_name, q.tail_tokens, "active", i.protected, i.unit, True)
+                if (q := queued.get(i.tag)) is not None
+                else i
+                for i in items
+            ]
+        return items
 
-    def drop(self, tags: int | str | Iterable[int | str]) -> list[int]:
+    def drop(self, tags: int | str | Iterable[int | str], *, queue: bool = False) -> list[int]:
         """Replace rolling messages by a `[dropped §N§]` placeholder (`ctx_reduce`).
 
         The full text stays readable and searchable. Messages not in rolling or already
         dropped are skipped; the tags actually dropped are returned. Protection policy is
         the caller's: this drops what it is told to.
+
+        A message the last prompt showed is shown dropped from the next compose on, which
+        then rebuilds the head (the provider's cached prefix is lost). With `queue`, it
+        keeps being shown as it was until the next rebuild (the high-water mark, the cache
+        lifetime, or anything else that rebuilds): magic-context's rule, for a tail not
+        yet past urgent. `tail()` marks such a message `queued`, with the tokens it
+        still costs. The drop is recorded at once either way: a reopened context shows
+        the placeholder at its first compose.
 
         :param tags: one reference (a tag `12`, `"12"` or `"§12§"`, or a message id) or an
             iterable of them. A str is one reference, never its characters.
@@ -324,14 +341,11 @@ class LocalContext:
         for e in entries:
             if e.layer != "rolling" or e.state == "dropped":
                 continue
-            e.state = "dropped"
             placeholder = drop_placeholder(e.tag)
             # A dropped call still shows its id and name (its result may be shown).
             tokens = self.tokenizer.count(placeholder) + skeleton_tokens(self.tokenizer.count, e.calls, e.keys)
-            e.set_compact(placeholder, tokens)
-            self._state.touch(e)
+            self._state.drop(e, placeholder, tokens, queue=queue)
             done.append(e.tag)
-            self._state.rebuild_due("drop")
             logger.info(
                 "context drop §%s§",
                 e.tag,

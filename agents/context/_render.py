@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import hashlib
 from array import array
+from collections.abc import Mapping
 from typing import Protocol
 
 from agents.context._config import ContextConfig, LayerBudgets
 from agents.context._modes import ModeDescriptor
 from agents.context._records import Entry, Shown
 from agents.context._report import ComposeReport, Composition, LayerItem, LayerView, Trim, logger
-from agents.context._state import ContextState, Delta
+from agents.context._state import ContextState, Delta, Queued
 from agents.context._wire import Prompt
 from schemas import MESSAGE_KINDS
 
@@ -69,6 +70,7 @@ class Plan(Protocol):
     rebuild: str | None
     deltas: tuple[Delta, ...]
     stable: int
+    queued: dict[int, Queued]
     opening_cost: int
     omitted: set[int]
     trims: list[Trim]
@@ -99,6 +101,13 @@ def _in_order(rolling: list[Entry], late: list[Entry]) -> list[Entry]:
     if not late:
         return rolling
     return sorted([*rolling, *late], key=lambda e: e.tag)
+
+
+def _view(e: Entry, queued: Mapping[int, Queued]) -> Shown:
+    """What `e` shows: as it was before a drop queued until the next rebuild, or as it is."""
+    if queued and (q := queued.get(e.tag)) is not None:
+        return q.view
+    return e.view or e.shown_view()
 
 
 def _with_deltas(tail: list[Shown], deltas: tuple[Delta, ...]) -> list[Shown]:
@@ -150,15 +159,20 @@ def render(run: Plan) -> Composition:
     if brief:
         sections.append(brief)
     head = HEAD_SEPARATOR.join(sections) if sections else None
-    tail = _with_deltas([e.view or e.shown_view() for e in _in_order(rolling, late)], run.deltas)
+    queued = run.queued
+    tail = _with_deltas([_view(e, queued) for e in _in_order(rolling, late)], run.deltas)
     prompt = Prompt(run.sys_text, head, tail, run.user_input, run.stable)
 
     messages: list[dict[str, str]] = [{"role": "system", "content": run.sys_text}]
     if head is not None:
         messages.append({"role": "user", "content": head})
     messages += [view.chat for view in tail]
-    shown = [e.view or e.shown_view() for e in rolling] if late or run.deltas else tail
+    shown = [_view(e, queued) for e in rolling] if late or run.deltas else tail
     rolling_tokens = array("l", [e.shown_tokens for e in rolling])
+    if queued:
+        for i, e in enumerate(rolling):
+            if (q := queued.get(e.tag)) is not None:
+                rolling_tokens[i] = q.tokens
     rolling = list(rolling) if rolling is st.rolling else rolling
     if run.user_input:
         messages.append({"role": "user", "content": run.user_input})

@@ -211,6 +211,9 @@ class TailItem:
     unit: int
     """Tag of the tool call it belongs to (a call and its results share it); its own tag
     if it stands alone."""
+    queued: bool = False
+    """Dropped with `queue=True` and still shown as it was until the next rebuild (state
+    and tokens are what is shown): count it in T, not in what can still be dropped."""
 
 
 def log_trim(domain: str, trim: Trim) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from agents.context._archive import compact_form
 from agents.context._calls import CALL_OVERHEAD, Call, calls_text, calls_tokens, coerce_calls, legacy_calls
@@ -23,7 +23,7 @@ from agents.context._report import logger
 from agents.context._tokens import Tokenizer
 from schemas import MESSAGE_KINDS, MESSAGE_ROLES, message_id
 
-__all__ = ["ContextState", "Delta", "HeadState", "check_message", "default_importance"]
+__all__ = ["ContextState", "Delta", "HeadState", "Queued", "check_message", "default_importance"]
 
 _TAG_REF = re.compile(r"§(\d+)§")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
@@ -63,6 +63,17 @@ class Delta:
     tokens: int
 
 
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """A message dropped since the last rebuild, still shown as it was until the next."""
+
+    view: Shown
+    tokens: int
+    """Its `shown_tokens` before the drop."""
+    tail_tokens: int
+    """Its `tail_tokens` before the drop."""
+
+
 @dataclass(slots=True)
 class HeadState:
     """What the head of the prompt was built from, as of the last rebuild.
@@ -91,6 +102,8 @@ class HeadState:
     """Changes of the brief since the rebuild, shown in the tail (`agents.context._delta`)."""
     omitted: frozenset[int] = frozenset()
     """Hard constraints the rebuild left out of the head (they alone exceeded the budget)."""
+    queued: dict[int, Queued] = field(default_factory=dict)
+    """Drops queued until the next rebuild, by tag: what the message showed before."""
     shown_upto: int = 0
     """One past the newest tag the last compose could show."""
     tail_length: int = 0
@@ -310,6 +323,22 @@ class ContextState:
             shown_upto=self.next_tag,
             due=None,
         )
+
+    def drop(self, entry: Entry, placeholder: str, tokens: int, *, queue: bool) -> None:
+        """Replace what `entry` shows by its drop placeholder (`tokens` long).
+
+        A message the last prompt showed keeps showing as it was until the next rebuild
+        when `queue` (its drop is queued: the prompt's prefix stays cached), else the
+        next compose rebuilds. One no prompt showed yet just shows the placeholder.
+        """
+        shown = entry.tag < self.head.shown_upto
+        if shown and queue and self.head.due is None:
+            self.head.queued[entry.tag] = Queued(entry.shown_view(), entry.shown_tokens, entry.tail_tokens)
+        elif shown:
+            self.rebuild_due("drop")
+        entry.state = "dropped"
+        entry.set_compact(placeholder, tokens)
+        self.touch(entry)
 
     def tail_shown(self, length: int) -> None:
         """Record how many tail messages the compose just made shows."""

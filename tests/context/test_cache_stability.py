@@ -51,7 +51,7 @@ def _shown_brief(result: Composition) -> str | None:
     return text
 
 
-drop_event = st.tuples(st.just("drop"), st.integers(0, 10_000))
+drop_event = st.tuples(st.just("drop"), st.integers(0, 10_000), st.booleans())  # queued or not
 events = st.lists(
     st.one_of(chat_event, tool_event, calls_event, orphan_event, compose_event, compose_event, drop_event),
     min_size=1,
@@ -106,6 +106,10 @@ def test_between_rebuilds_a_compose_only_appends(
     tags: list[int] = []
     calls = 0
     dropped_since = False
+    """A message the last prompt showed was dropped at once since: the next compose rebuilds."""
+    queued: set[int] = set()
+    """Messages the last prompt showed, dropped with queue=True since the last rebuild."""
+    shown_upto = 1
     try:
         for event in history:
             match event:
@@ -121,8 +125,13 @@ def test_between_rebuilds_a_compose_only_appends(
                         tags.append(ctx.add("tool", _text(rnd, int(sizes[k]) // 2), call_id=call_id))
                 case ("orphan", int(words)):
                     tags.append(ctx.add("user", _text(rnd, words)))
-                case ("drop", int(index)) if tags:
-                    dropped_since |= bool(ctx.drop([tags[index % len(tags)]]))
+                case ("drop", int(index), bool(queue)) if tags:
+                    done = [tag for tag in ctx.drop([tags[index % len(tags)]], queue=queue) if tag < shown_upto]
+                    if queue and not dropped_since:
+                        queued.update(done)
+                    else:
+                        dropped_since |= bool(done)
+                    assert {i.tag for i in ctx.tail() if i.queued} <= queued
                 case ("compose", int(words), float(wait), rev):
                     clock.now += wait
                     user_input = _text(rnd, words) if words else ""
@@ -139,6 +148,13 @@ def test_between_rebuilds_a_compose_only_appends(
                         assert report.rebuild is not None, "past the cache lifetime, a compose rebuilds"
                     if dropped_since:
                         assert report.rebuild is not None, "a drop is applied at the next compose"
+                    rolling = {i.tag: i.text for v in result.layers if v.name == "rolling" for i in v.items}
+                    for tag in queued & rolling.keys():
+                        # Queued: shown as it was until a rebuild, which applies it.
+                        assert rolling[tag].startswith("[dropped") == (report.rebuild is not None)
+                    if report.rebuild is not None:
+                        queued = set()
+                    assert {i.tag for i in ctx.tail() if i.queued} == queued & {i.tag for i in ctx.tail()}
                     if report.rebuild is None and previous is not None:
                         neutral, rendered = previous
                         assert now[0][: len(neutral)] == neutral, "an append-only compose repeats the last prompt"
@@ -149,7 +165,7 @@ def test_between_rebuilds_a_compose_only_appends(
                     again = ctx.compose(user_input, brief=brief)
                     assert again.report.rebuild is None
                     assert _bytes(again) == _bytes(result)
-                    previous, last_at, dropped_since = now, clock.now, False
+                    previous, last_at, dropped_since, shown_upto = now, clock.now, False, ctx.next_tag
     finally:
         ctx.close()
 
