@@ -47,13 +47,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from agents.context import ContextConfig, LocalContext, Tokenizer  # noqa: E402
+from agents.context import PRICE_PRESETS, CacheMeter, ContextConfig, LocalContext, Tokenizer  # noqa: E402
 from agents.runtime._transcript import Transcript, read_transcript  # noqa: E402
 
 WINDOWS = (8_000, 16_000, 32_000)
 OVERHEAD = 4
-PRESETS: dict[str, tuple[float, float]] = {"anthropic": (1.25, 0.1), "openai": (1.0, 0.5)}
-"""Price presets: (write, read) per input token, as multiples of the base input price."""
+PRESETS = PRICE_PRESETS
 
 Key = tuple[Any, ...]
 """One message as the cache compares it: role, content, tool call id, calls."""
@@ -82,33 +81,38 @@ class Counter:
 
 @dataclass
 class Tally:
-    """Cache figures of one system at one window, over all sessions."""
+    """Cache figures of one system at one window, over all sessions (a `CacheMeter` per
+    session, the same one `ctxbus replay` uses)."""
 
-    calls: int = 0
-    prompt: int = 0
-    cached: int = 0
-    rewrites: int = 0
+    count: Counter
+    meters: list[CacheMeter] = field(default_factory=list)
     over: int = 0
     broken: int = 0
-    cost: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PRESETS, 0.0))
     compose_ms: list[float] = field(default_factory=list)
 
-    def call(self, keys: Sequence[Key], previous: Sequence[Key] | None, count: Counter) -> None:
-        tokens = [count.key_tokens(k) for k in keys]
-        total = sum(tokens)
-        same = 0
-        if previous is not None:
-            limit = min(len(keys), len(previous))
-            while same < limit and keys[same] == previous[same]:
-                same += 1
-            if same < len(previous):
-                self.rewrites += 1
-        cached = sum(tokens[:same])
-        self.calls += 1
-        self.prompt += total
-        self.cached += cached
-        for name, (write, read) in PRESETS.items():
-            self.cost[name] += (total - cached) * write + cached * read
+    def session(self) -> CacheMeter:
+        meter = CacheMeter(self.count, OVERHEAD)
+        self.meters.append(meter)
+        return meter
+
+    @property
+    def calls(self) -> int:
+        return sum(m.calls for m in self.meters)
+
+    @property
+    def prompt(self) -> int:
+        return sum(m.prompt_tokens for m in self.meters)
+
+    @property
+    def cached(self) -> int:
+        return sum(m.cached_tokens for m in self.meters)
+
+    @property
+    def rewrites(self) -> int:
+        return sum(m.rewrites for m in self.meters)
+
+    def cost(self, preset: str) -> float:
+        return sum(m.cost(preset) for m in self.meters)
 
 
 # -- the sessions --------------------------------------------------------------------------
@@ -157,7 +161,7 @@ System = Callable[[Transcript, list[Key], int, Counter, Tally, Path], None]
 def run_ctxbus(t: Transcript, keys: list[Key], window: int, count: Counter, tally: Tally, store: Path) -> None:
     config = ContextConfig(window=window, system_prompt=t.system_prompt)
     at = set(calls_of(t))
-    previous: list[Key] | None = None
+    meter = tally.session()
     with LocalContext(store, "bench/cache/s", config=config, autoflush=False) as ctx:
         clock = 0.0
         for i, m in enumerate(t.messages):
@@ -166,19 +170,12 @@ def run_ctxbus(t: Transcript, keys: list[Key], window: int, count: Counter, tall
                 composition = ctx.compose()
                 tally.compose_ms.append((time.perf_counter() - start) * 1000)
                 rendered = composition.to_openai()
-                now = [_openai_key(msg) for msg in rendered]
-                tally.call(now, previous, count)
+                meter.call(rendered)
                 tally.over += composition.report.total > composition.report.budget
                 tally.broken += _broken_pairs(rendered)
-                previous = now
                 ctx.flush()
             clock += 1.0
             ctx.add(**m.add_arguments(), created_at=clock)
-
-
-def _openai_key(msg: dict[str, Any]) -> Key:
-    calls = tuple((c["id"], c["function"]["name"], c["function"]["arguments"]) for c in msg.get("tool_calls") or ())
-    return (msg["role"], msg.get("content") or "", msg.get("tool_call_id"), calls)
 
 
 def _broken_pairs(rendered: Sequence[dict[str, Any]]) -> int:
@@ -199,11 +196,10 @@ def _broken_pairs(rendered: Sequence[dict[str, Any]]) -> int:
 
 def run_full(t: Transcript, keys: list[Key], window: int, count: Counter, tally: Tally, store: Path) -> None:
     system = [("system", t.system_prompt, None, ())] if t.system_prompt else []
-    previous: list[Key] | None = None
+    meter = tally.session()
     for i in calls_of(t):
         now = system + keys[:i]
-        tally.call(now, previous, count)
-        previous = now
+        meter.call_keys(now)
 
 
 def run_swe_agent(t: Transcript, keys: list[Key], window: int, count: Counter, tally: Tally, store: Path) -> None:
@@ -212,7 +208,7 @@ def run_swe_agent(t: Transcript, keys: list[Key], window: int, count: Counter, t
     budget = window - ContextConfig().reserve_output
     system = [("system", t.system_prompt, None, ())] if t.system_prompt else []
     masked: dict[int, Key] = {}
-    previous: list[Key] | None = None
+    meter = tally.session()
     for i in calls_of(t):
         history = keys[:i]
         observations = [j for j, k in enumerate(history) if k[0] == "tool"]
@@ -233,8 +229,7 @@ def run_swe_agent(t: Transcript, keys: list[Key], window: int, count: Counter, t
                 total -= count.key_tokens(rest[cut])
                 cut += 1
         now = head + rest[cut:]
-        tally.call(now, previous, count)
-        previous = now
+        meter.call_keys(now)
 
 
 def run_langchain(t: Transcript, keys: list[Key], window: int, count: Counter, tally: Tally, store: Path) -> None:
@@ -265,7 +260,7 @@ def run_langchain(t: Transcript, keys: list[Key], window: int, count: Counter, t
     def counter(messages: list[BaseMessage]) -> int:
         return sum([tokens[id(m)] for m in messages])
 
-    previous: list[Key] | None = None
+    meter = tally.session()
     for i in calls_of(t):
         trimmed = trim_messages(
             system + objects[:i],
@@ -277,8 +272,7 @@ def run_langchain(t: Transcript, keys: list[Key], window: int, count: Counter, t
             allow_partial=False,
         )
         now = [key_of[id(m)] for m in trimmed]
-        tally.call(now, previous, count)
-        previous = now
+        meter.call_keys(now)
 
 
 def run_autogen(t: Transcript, keys: list[Key], window: int, count: Counter, tally: Tally, store: Path) -> None:
@@ -301,7 +295,7 @@ def run_autogen(t: Transcript, keys: list[Key], window: int, count: Counter, tal
     context = TokenLimitedChatCompletionContext(client, token_limit=max(1, budget - system_tokens))  # type: ignore[arg-type]
     system = [("system", t.system_prompt, None, ())] if t.system_prompt else []
     at = calls_of(t)
-    previous: list[Key] | None = None
+    meter = tally.session()
     added = 0
     for i in at:
         for role, content, cid, calls in keys[added:i]:
@@ -327,8 +321,7 @@ def run_autogen(t: Transcript, keys: list[Key], window: int, count: Counter, tal
         added = i
         kept = _sync(context.get_messages())
         now = system + [key_of[id(m)] for m in kept]
-        tally.call(now, previous, count)
-        previous = now
+        meter.call_keys(now)
 
 
 def _sync(coro: Coroutine[Any, Any, Any]) -> Any:
@@ -411,12 +404,12 @@ def main(argv: list[str] | None = None) -> int:
             )
             tallies: dict[str, Tally] = {}
             for name, run in SYSTEMS.items():
-                tally = tallies[name] = Tally()
+                tally = tallies[name] = Tally(count)
                 for n, (t, k) in enumerate(zip(transcripts, keys, strict=True)):
                     run(t, k, window, count, tally, Path(tmp) / f"{window}-{n}.db")
             full = tallies["full history"]
             for name, tally in tallies.items():
-                rel = {p: tally.cost[p] / full.cost[p] for p in PRESETS}
+                rel = {p: tally.cost(p) / full.cost(p) for p in PRESETS}
                 extra = f"{tally.over:>11} {tally.broken:>12}" if name == "ctxbus" else f"{'':>11} {'':>12}"
                 print(
                     f"  {name:<24} {tally.cached / tally.prompt:>7.1%} {tally.rewrites / tally.calls:>13.2f} "
@@ -424,10 +417,10 @@ def main(argv: list[str] | None = None) -> int:
                 )
             ours = tallies["ctxbus"]
             peers = [n for n in tallies if n not in ("ctxbus", "full history")]
-            best = min(peers, key=lambda n: tallies[n].cost["anthropic"])
+            best = min(peers, key=lambda n: tallies[n].cost("anthropic"))
             print(
-                f"  ctxbus vs best peer ({best}): anthropic {ours.cost['anthropic'] / tallies[best].cost['anthropic']:.2f}x, "
-                f"openai {ours.cost['openai'] / min(tallies[n].cost['openai'] for n in peers):.2f}x; "
+                f"  ctxbus vs best peer ({best}): anthropic {ours.cost('anthropic') / tallies[best].cost('anthropic'):.2f}x, "
+                f"openai {ours.cost('openai') / min(tallies[n].cost('openai') for n in peers):.2f}x; "
                 f"compose p50 {pct(ours.compose_ms, 0.5):.2f} ms p95 {pct(ours.compose_ms, 0.95):.2f} ms\n"
             )
     if not args.no_retention:
