@@ -274,7 +274,7 @@ class _Run:
             self._fit()
             self.opening = self.needs_opening()
         if self.evicted:
-            self.st.rolling = [e for e in self.st.rolling if e.layer == "rolling"]
+            self.st.prune_rolling()
         self.pinned_overflow = max(0, self.pinned_cost() - self.b.pinned)
         self.boundary = self.first_rolling()
         self.st.head_rebuilt(
@@ -369,7 +369,7 @@ class _Run:
             if e.expired(self.now):
                 self.st.forget_record(tag)  # a long message's constraints outlive its layer
             if e.layer not in ("rolling", "pinned"):
-                self.st.ttl_tags.discard(tag)
+                self.st.forget_ttl(tag)
             elif e.expired(self.now):
                 if e.layer == "pinned":
                     self.st.demote(e)
@@ -452,11 +452,12 @@ class _Run:
                 or e.kind == "synthetic"
                 or (expired and e.kind in LOW_VALUE_KINDS and e.importance < 0.5)
             ):
-                e.layer, destination = "gone", "dropped"
+                self.st.place(e, "gone")
+                destination = "dropped"
             else:
-                e.layer, destination = "summary", "summary"
+                self.st.place(e, "summary")
+                destination = "summary"
                 self.batch.append(e)
-            self.st.touch(e)
             self._trim(e, "expired" if expired else reason, "rolling", destination, e.shown_tokens)
         self.rolling_cost -= freed
         self.evicted = True

@@ -271,8 +271,7 @@ class LocalContext:
         """
         self._check_open()
         entry = self._resolve(ref)
-        entry.refs += 1
-        self._state.touch(entry)
+        self._state.referred(entry)
         return read_lines(entry.content, tag=entry.tag, lines=lines, query=query)
 
     def search(self, query: str, *, limit: int = 5) -> list[SearchHit]:
@@ -286,8 +285,7 @@ class LocalContext:
         for hit in hits:
             entry = self._state.entry(hit.tag)
             if entry is not None:
-                entry.refs += 1
-                self._state.touch(entry)
+                self._state.referred(entry)
         return hits
 
     # -- tail hygiene hooks (nudges) ------------------------------------------------------
@@ -401,21 +399,12 @@ class LocalContext:
             raise UnknownMode(f"no snapshot {snapshot!r} to restore" if snapshot else "no snapshot to restore")
         snapshot_id, payload = found
         mode = lookup_mode(self._modes, payload["mode"])
-        st = self._state
-        max_tag = int(payload["max_tag"])
-        placed = {int(tag): (layer, pin) for tag, layer, pin in payload["layers"]}
-        for e in st.entries:
-            layer, pin = placed.get(e.tag, ("rolling", "")) if e.tag <= max_tag else (e.layer, e.pin)
-            if (e.tag > max_tag and layer == "summary") or (layer == "pinned" and e.state == "dropped"):
-                layer, pin = "rolling", ""
-            if (layer, pin) != (e.layer, e.pin):
-                e.layer, e.pin = layer, pin
-                st.touch(e)
-        st.replace_summaries([SummaryEntry(*row) for row in payload["summaries"]])
-        kept = {tag: r for tag, r in st.records.items() if tag > max_tag or st.entries[tag - 1].state == "dropped"}
-        st.records = {row[0]: ConstraintRecord(*row) for row in payload["records"]} | kept
-        st.records_dirty = True
-        st.reindex()
+        self._state.restore(
+            max_tag=int(payload["max_tag"]),
+            placed={int(tag): (layer, pin) for tag, layer, pin in payload["layers"]},
+            summaries=[SummaryEntry(*row) for row in payload["summaries"]],
+            records=[ConstraintRecord(*row) for row in payload["records"]],
+        )
         logger.info(
             "context restore snapshot -> mode %s",
             mode.name,
@@ -473,36 +462,24 @@ class LocalContext:
         """Write pending changes, plus `meta` and a snapshot to drop or to store, in one
         transaction; returns the stored snapshot's id."""
         st = self._state
-        new, changed = st.drain()
-        if not (
-            new
-            or changed
-            or st.summary_changes
-            or st.summaries_reset
-            or st.records_dirty
-            or meta
-            or drop_snapshot is not None
-            or new_snapshot is not None
-        ):
+        changes = st.drain()
+        if changes.empty and not meta and drop_snapshot is None and new_snapshot is None:
             return None
         try:
-            snapshot_id = self._store.save(
+            return self._store.save(
                 self._key,
-                new=new,
-                changed=changed,
-                summaries=st.summary_changes,
-                all_summaries=st.summaries if st.summaries_reset else None,
-                constraints=sorted(st.records.values(), key=lambda r: r.source_tag) if st.records_dirty else None,
-                meta={"next_summary": str(st.next_summary_id), **(meta or {})},
+                new=changes.new,
+                changed=changes.changed,
+                summaries=changes.summaries,
+                all_summaries=changes.all_summaries,
+                constraints=changes.constraints,
+                meta={"next_summary": str(changes.next_summary), **(meta or {})},
                 drop_snapshot=drop_snapshot,
                 new_snapshot=new_snapshot,
             )
         except BaseException:
-            st.undrain(new, changed)
+            st.undrain(changes)
             raise
-        st.summary_changes = {}
-        st.summaries_reset = st.records_dirty = False
-        return snapshot_id
 
     def close(self) -> None:
         """Flush and close the file. Idempotent.

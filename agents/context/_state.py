@@ -18,12 +18,12 @@ from agents.context._calls import CALL_OVERHEAD, Call, calls_text, calls_tokens,
 from agents.context._classify import constraint_text, has_constraint
 from agents.context._config import ContextConfig
 from agents.context._errors import InvalidMessage, UnknownReference
-from agents.context._records import ConstraintRecord, Entry, Shown, SummaryEntry
+from agents.context._records import ConstraintRecord, Entry, Layer, Shown, SummaryEntry
 from agents.context._report import logger
 from agents.context._tokens import Tokenizer
 from schemas import MESSAGE_KINDS, MESSAGE_ROLES, message_id
 
-__all__ = ["ContextState", "Delta", "HeadState", "Queued", "check_message", "default_importance"]
+__all__ = ["Changes", "ContextState", "Delta", "HeadState", "Queued", "check_message", "default_importance"]
 
 _TAG_REF = re.compile(r"§(\d+)§")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
@@ -61,6 +61,27 @@ class Delta:
     after: int
     shown: Shown
     tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """Everything to write at a flush, taken from the state at once (`ContextState.drain`)."""
+
+    new: list[Entry]
+    changed: list[Entry]
+    summaries: dict[int, SummaryEntry | None]
+    """Summary entries written (or, as None, removed), by id."""
+    all_summaries: list[SummaryEntry] | None
+    """The whole summary layer, when it was replaced (restore); else None."""
+    constraints: list[ConstraintRecord] | None
+    """Every constraint record, when any changed; else None."""
+    next_summary: int
+
+    @property
+    def empty(self) -> bool:
+        return not (
+            self.new or self.changed or self.summaries or self.all_summaries is not None or self.constraints is not None
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -473,19 +494,79 @@ class ContextState:
         if any(entry.layer == "pinned" for entry in pending):
             self.rolling = [e for e in self.rolling if e.layer == "rolling"]
 
-    def drain(self) -> tuple[list[Entry], list[Entry]]:
-        """Take the new and changed entries since the last flush."""
+    def drain(self) -> Changes:
+        """Take every change since the last flush, to be written in one transaction."""
         self.classify_pending()
         new, self.new = self.new, []
         new_tags = {e.tag for e in new}
         changed = [e for tag, e in self.dirty.items() if tag not in new_tags]
         self.dirty = {}
-        return new, changed
+        changes = Changes(
+            new,
+            changed,
+            self.summary_changes,
+            list(self.summaries) if self.summaries_reset else None,
+            sorted(self.records.values(), key=lambda r: r.source_tag) if self.records_dirty else None,
+            self.next_summary_id,
+        )
+        self.summary_changes = {}
+        self.summaries_reset = self.records_dirty = False
+        return changes
 
-    def undrain(self, new: list[Entry], changed: list[Entry]) -> None:
+    def undrain(self, changes: Changes) -> None:
         """Give back what `drain` took, when writing it failed: the next flush retries it."""
-        self.new = new + self.new
-        self.dirty = {e.tag: e for e in changed} | self.dirty
+        self.new = changes.new + self.new
+        self.dirty = {e.tag: e for e in changes.changed} | self.dirty
+        self.summary_changes = changes.summaries | self.summary_changes
+        self.summaries_reset |= changes.all_summaries is not None
+        self.records_dirty |= changes.constraints is not None
+
+    def referred(self, entry: Entry) -> None:
+        """Count a reference to `entry` (a read, a search hit): it weighs in its value."""
+        entry.refs += 1
+        self.touch(entry)
+
+    def place(self, entry: Entry, layer: Layer) -> None:
+        """Move a rolling message out of the prompt: to the summary, or gone for good.
+
+        `rolling` keeps it until `prune_rolling` (a compose evicts many at once)."""
+        entry.layer = layer
+        self.touch(entry)
+
+    def prune_rolling(self) -> None:
+        """Take the messages `place` moved out of the rolling list."""
+        self.rolling = [e for e in self.rolling if e.layer == "rolling"]
+
+    def forget_ttl(self, tag: int) -> None:
+        """Stop checking §tag§ for expiry (it left the prompt's layers)."""
+        self.ttl_tags.discard(tag)
+
+    def restore(
+        self,
+        *,
+        max_tag: int,
+        placed: dict[int, tuple[str, str]],
+        summaries: list[SummaryEntry],
+        records: list[ConstraintRecord],
+    ) -> None:
+        """Put back the layers of a snapshot taken when `max_tag` was the newest tag.
+
+        Messages added since stay where they are (but not in the summary: in rolling);
+        a message dropped since is not pinned again; constraint records of messages added
+        or dropped since are kept.
+        """
+        for e in self.entries:
+            layer, pin = placed.get(e.tag, ("rolling", "")) if e.tag <= max_tag else (e.layer, e.pin)
+            if (e.tag > max_tag and layer == "summary") or (layer == "pinned" and e.state == "dropped"):
+                layer, pin = "rolling", ""
+            if (layer, pin) != (e.layer, e.pin):
+                e.layer, e.pin = layer, pin  # type: ignore[assignment]
+                self.touch(e)
+        self.replace_summaries(summaries)
+        kept = {tag: r for tag, r in self.records.items() if tag > max_tag or self.entries[tag - 1].state == "dropped"}
+        self.records = {r.source_tag: r for r in records} | kept
+        self.records_dirty = True
+        self.reindex()
 
     def _join_unit(self, entry: Entry) -> None:
         """Tool calls open a unit; their results join it. Everything else stands alone.
