@@ -95,21 +95,9 @@ class Tally:
         self.meters.append(meter)
         return meter
 
-    @property
-    def calls(self) -> int:
-        return sum(m.calls for m in self.meters)
-
-    @property
-    def prompt(self) -> int:
-        return sum(m.prompt_tokens for m in self.meters)
-
-    @property
-    def cached(self) -> int:
-        return sum(m.cached_tokens for m in self.meters)
-
-    @property
-    def rewrites(self) -> int:
-        return sum(m.rewrites for m in self.meters)
+    def total(self, name: str) -> int:
+        """A `CacheMeter` count (calls, prompt_tokens, cached_tokens, rewrites) over all sessions."""
+        return sum(getattr(m, name) for m in self.meters)
 
     def cost(self, preset: str) -> float:
         return sum(m.cost(preset) for m in self.meters)
@@ -410,10 +398,11 @@ def main(argv: list[str] | None = None) -> int:
             full = tallies["full history"]
             for name, tally in tallies.items():
                 rel = {p: tally.cost(p) / full.cost(p) for p in PRESETS}
+                calls, prompt, cached = (tally.total(n) for n in ("calls", "prompt_tokens", "cached_tokens"))
                 extra = f"{tally.over:>11} {tally.broken:>12}" if name == "ctxbus" else f"{'':>11} {'':>12}"
                 print(
-                    f"  {name:<24} {tally.cached / tally.prompt:>7.1%} {tally.rewrites / tally.calls:>13.2f} "
-                    f"{tally.prompt / tally.calls:>10,.0f} {rel['anthropic']:>8.2f}x {rel['openai']:>6.2f}x {extra}"
+                    f"  {name:<24} {cached / prompt:>7.1%} {tally.total('rewrites') / calls:>13.2f} "
+                    f"{prompt / calls:>10,.0f} {rel['anthropic']:>8.2f}x {rel['openai']:>6.2f}x {extra}"
                 )
             ours = tallies["ctxbus"]
             peers = [n for n in tallies if n not in ("ctxbus", "full history")]

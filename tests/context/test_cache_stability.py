@@ -9,11 +9,21 @@ import json
 import random
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agents.context import Composition, ContextConfig, LocalContext, Tokenizer
-from agents.context._delta import apply_delta
+from agents.context import (
+    PRICE_PRESETS,
+    CacheMeter,
+    Composition,
+    ContextConfig,
+    InvalidConfig,
+    LocalContext,
+    PricePreset,
+    Tokenizer,
+)
+from agents.context._delta import DELTA_HEADER, apply_delta, brief_delta
 from agents.context._wire import STANDIN_RESULT
 from tests._providers import SdkTypes, check_anthropic, checked_renderings
 from tests.context.test_properties import WORDS, calls_event, chat_event, orphan_event, tool_event
@@ -276,3 +286,48 @@ def test_anthropic_breakpoints_mark_the_head_what_the_last_call_cached_and_the_e
     finally:
         ctx.close()
         other.close()
+
+
+_LINES = st.lists(st.sampled_from(["a", "b", "- [p1] x", "@@ -1 +1 @@", "+b", "-a", ""]), max_size=8).map("\n".join)
+
+
+@given(old=_LINES, new=_LINES)
+def test_a_brief_delta_turns_the_old_brief_into_the_new(old: str, new: str) -> None:
+    delta = brief_delta(old, new)
+    assert apply_delta(old, delta) == new
+    assert delta.startswith(DELTA_HEADER)
+
+
+def test_a_delta_that_does_not_fit_is_refused() -> None:
+    delta = brief_delta("a\nb\nc", "a\nB\nc")
+    with pytest.raises(ValueError, match="does not fit"):
+        apply_delta("a\nx\nc", delta)
+    with pytest.raises(ValueError, match="not a brief delta"):
+        apply_delta("a", "@@ -1 +1 @@\n-a\n+b")
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"low_water": 0.0}, "low_water must be a share"),
+        ({"high_water": 1.5}, "high_water must be a share"),
+        ({"high_water": 0.5, "low_water": 0.6}, "must not be above high_water"),
+        ({"cache_lifetime": 0}, "cache_lifetime must be a positive number"),
+        ({"cache_lifetime": float("nan")}, "cache_lifetime must be a positive number"),
+    ],
+)
+def test_rebuild_settings_out_of_range_are_refused(settings: dict[str, float], message: str) -> None:
+    with pytest.raises(InvalidConfig, match=message):
+        ContextConfig(**settings)  # type: ignore[arg-type]
+
+
+def test_the_cache_meter_counts_the_repeated_prefix_and_prices_it() -> None:
+    meter = CacheMeter(lambda text: len(text.split()), overhead=0)
+    system = {"role": "system", "content": "be brief"}
+    meter.call([system, {"role": "user", "content": "one two three"}])
+    meter.call([system, {"role": "user", "content": "one two three"}, {"role": "assistant", "content": "four"}])
+    meter.call([system, {"role": "user", "content": "changed"}])
+    assert (meter.calls, meter.prompt_tokens, meter.cached_tokens, meter.rewrites) == (3, 14, 7, 1)
+    assert meter.cost("anthropic") == pytest.approx(7 * 1.25 + 7 * 0.1)
+    assert meter.cost("openai") == pytest.approx(7 * 1.0 + 7 * 0.5)
+    assert PRICE_PRESETS["anthropic"] == PricePreset(write=1.25, read=0.1)
