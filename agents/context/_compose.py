@@ -25,7 +25,7 @@ from agents.context._delta import brief_delta
 from agents.context._errors import InputTooLarge, InvalidConfig
 from agents.context._modes import ModeDescriptor
 from agents.context._records import LOW_VALUE_KINDS, Entry, Shown, eviction_value
-from agents.context._render import OPENING, PINNED_HEADER, SUMMARY_HEADER, late_pins, render
+from agents.context._render import OPENING, PINNED_HEADER, SUMMARY_HEADER, Plan, late_pins, render
 from agents.context._report import Composition, Trim, TrimReason, log_trim, logger
 from agents.context._state import ContextState, Delta, Queued
 from agents.context._summary import Summarizer
@@ -151,16 +151,17 @@ class _Run:
         """Why this compose rebuilds the head, or None while it only appends."""
         if self.rebuild is None and head.composed_at is not None and now - head.composed_at > self.cfg.cache_lifetime:
             self.rebuild = "cache_expired"
+        self.seen_brief = brief
+        if self.rebuild is None and brief != head.seen_brief:
+            if brief is None or head.seen_brief is None or head.brief_text != f"{_BRIEF_HEADER}{head.brief}":
+                self.rebuild = "brief"  # no brief to change (or one cut to fit): the head shows it afresh
+        # Everything below follows from whether this compose starts as a rebuild.
         self.queued: dict[int, Queued] = {} if self.rebuild else head.queued
         """Drops queued until the next rebuild: shown as they were (see `ContextState.drop`)."""
         self.stable = 0 if self.rebuild else head.tail_length
         """Tail messages the previous compose showed too (see `Prompt.stable`)."""
         self.deltas: tuple[Delta, ...] = ()
         """Changes of the brief since the last rebuild, shown in the tail."""
-        self.seen_brief = brief
-        if self.rebuild is None and brief != head.seen_brief:
-            if brief is None or head.seen_brief is None or head.brief_text != f"{_BRIEF_HEADER}{head.brief}":
-                self.rebuild = "brief"  # no brief to change (or one cut to fit): the head shows it afresh
         self.boundary: int | None = None if self.rebuild else head.boundary
         """Pins and records from this tag on show in the tail; None while rebuilding (then
         it is the oldest message the rolling layer shows, as it goes)."""
@@ -289,9 +290,44 @@ class _Run:
         return self._render()
 
     def _render(self) -> Composition:
-        result = render(self)
+        result = render(self.plan())
         self.st.tail_shown(result.tail_length)
         return result
+
+    def plan(self) -> Plan:
+        """What this compose decided, fixed, for the render."""
+        assert self.boundary is not None
+        return Plan(
+            st=self.st,
+            mode=self.mode,
+            domain=self.domain,
+            budget=self.cfg.window - self.cfg.reserve_output,
+            ov=self.ov,
+            b=self.b,
+            sys_text=self.sys_text,
+            sys_cost=self.sys_cost,
+            user_input=self.user_input,
+            input_cost=self.input_cost,
+            brief=self.brief,
+            brief_tokens=self.brief_tokens,
+            opening=self.opening,
+            opening_cost=self.opening_cost,
+            omitted=frozenset(self.omitted),
+            boundary=self.boundary,
+            rebuild=self.rebuild,
+            deltas=self.deltas,
+            stable=self.stable,
+            queued=self.queued,
+            rules_cost=self.rules_cost(),
+            summary_cost=self.summary_cost(),
+            brief_cost=self.brief_cost(),
+            standin_cost=self.standin_cost,
+            trims=tuple(self.trims),
+            promoted=tuple(self.promoted),
+            notes=tuple(self.notes),
+            merges=self.merges,
+            pinned_overflow=self.pinned_overflow,
+        )
 
     def total(self) -> int:
         """What the layers cost as they stand."""
@@ -337,10 +373,6 @@ class _Run:
         self.candidates = self._candidates()
         self.window: list[int] = []
         self.values: dict[int, float] = {}
-
-    def standins(self, entries: list[Entry]) -> int:
-        """What the stand-in results of the calls among `entries` cost."""
-        return sum(self._standins(e) for e in entries) if self.st.unanswered else 0
 
     def _standins(self, e: Entry) -> int:
         waiting = self.st.unanswered.get(e.tag)

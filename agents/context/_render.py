@@ -21,9 +21,10 @@ from __future__ import annotations
 import hashlib
 from array import array
 from collections.abc import Mapping
-from typing import Protocol
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 
-from agents.context._config import ContextConfig, LayerBudgets
+from agents.context._config import LayerBudgets
 from agents.context._modes import ModeDescriptor
 from agents.context._records import Entry, Shown
 from agents.context._report import ComposeReport, Composition, LayerItem, LayerView, Trim, logger
@@ -50,13 +51,16 @@ OPENING = "[the conversation so far]"
 with an assistant turn (or is empty): providers want a user message first."""
 
 
-class Plan(Protocol):
-    """What the planner decided; see `agents.context._compose`."""
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What a compose decided, fixed once it has: the render reads this and the layers of
+    the state the planner left (see `agents.context._compose`), never the planner."""
 
     st: ContextState
-    cfg: ContextConfig
     mode: ModeDescriptor
     domain: str
+    budget: int
+    """The prompt's budget: the window less the output reserve."""
     ov: int
     b: LayerBudgets
     sys_text: str
@@ -64,31 +68,30 @@ class Plan(Protocol):
     user_input: str
     input_cost: int
     brief: str | None
+    """The brief block of the head (headed, cut if it did not fit), or None."""
     brief_tokens: int
     opening: bool
-    boundary: int | None
+    opening_cost: int
+    omitted: frozenset[int]
+    boundary: int
+    """Where the tail starts (`HeadState.boundary`)."""
     rebuild: str | None
     deltas: tuple[Delta, ...]
     stable: int
-    queued: dict[int, Queued]
-    opening_cost: int
-    omitted: set[int]
-    trims: list[Trim]
-    promoted: list[int]
-    notes: list[str]
+    queued: Mapping[int, Queued]
+    rules_cost: int
+    summary_cost: int
+    brief_cost: int
+    standin_cost: int
+    """What one stand-in result costs."""
+    trims: tuple[Trim, ...]
+    promoted: tuple[int, ...]
+    notes: tuple[str, ...]
     merges: int
     pinned_overflow: int
 
-    def rules_cost(self) -> int: ...
 
-    def brief_cost(self) -> int: ...
-
-    def summary_cost(self) -> int: ...
-
-    def standins(self, entries: list[Entry]) -> int: ...
-
-
-def late_pins(st: ContextState, first: int, omitted: set[int]) -> list[Entry]:
+def late_pins(st: ContextState, first: int, omitted: AbstractSet[int]) -> list[Entry]:
     """The pinned messages shown at their place in the tail: those from tag `first` (where
     the tail starts; see `HeadState.boundary`) on."""
     if not st.pinned or st.pinned[-1].tag < first:
@@ -101,6 +104,13 @@ def _in_order(rolling: list[Entry], late: list[Entry]) -> list[Entry]:
     if not late:
         return rolling
     return sorted([*rolling, *late], key=lambda e: e.tag)
+
+
+def _standins(st: ContextState, rolling: list[Entry], cost: int) -> int:
+    """What the stand-in results of the calls shown in `rolling` cost."""
+    if not st.unanswered:
+        return 0
+    return sum(len(st.unanswered.get(e.tag) or ()) * cost for e in rolling)
 
 
 def _view(e: Entry, queued: Mapping[int, Queued]) -> Shown:
@@ -129,9 +139,7 @@ def render(run: Plan) -> Composition:
     st = run.st
     kinds = run.mode.kinds
     rolling = st.rolling if len(kinds) == len(MESSAGE_KINDS) else [e for e in st.rolling if e.kind in kinds]
-    first = run.boundary
-    assert first is not None
-    late = late_pins(st, first, run.omitted)
+    late = late_pins(st, run.boundary, run.omitted)
     in_tail = {e.tag for e in late}
     pinned: list[tuple[int | None, str, str, int]] = sorted(
         [
@@ -179,24 +187,24 @@ def render(run: Plan) -> Composition:
 
     layers = {
         "system": run.sys_cost,
-        "pinned": run.rules_cost(),
-        "summary": run.summary_cost(),
-        "brief": run.brief_cost(),
-        "rolling": sum(rolling_tokens) + run.ov * len(rolling_tokens) + run.standins(rolling),
+        "pinned": run.rules_cost,
+        "summary": run.summary_cost,
+        "brief": run.brief_cost,
+        "rolling": sum(rolling_tokens) + run.ov * len(rolling_tokens) + _standins(st, rolling, run.standin_cost),
         "input": run.input_cost,
     }
     report = ComposeReport(
         mode=run.mode.name,
-        budget=run.cfg.window - run.cfg.reserve_output,
+        budget=run.budget,
         total=sum(layers.values()),
         layers=layers,
         budgets=run.b,
-        trims=tuple(run.trims),
-        promoted=tuple(run.promoted),
+        trims=run.trims,
+        promoted=run.promoted,
         merges=run.merges,
         pinned_overflow=run.pinned_overflow,
         hard_omitted=tuple(sorted(run.omitted)),
-        notes=tuple(run.notes),
+        notes=run.notes,
         rebuild=run.rebuild,
     )
     logger.info(

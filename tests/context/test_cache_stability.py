@@ -331,3 +331,23 @@ def test_the_cache_meter_counts_the_repeated_prefix_and_prices_it() -> None:
     assert meter.cost("anthropic") == pytest.approx(7 * 1.25 + 7 * 0.1)
     assert meter.cost("openai") == pytest.approx(7 * 1.0 + 7 * 0.5)
     assert PRICE_PRESETS["anthropic"] == PricePreset(write=1.25, read=0.1)
+
+
+def test_a_rebuild_for_another_reason_applies_the_queued_drops(tokenizer: Tokenizer) -> None:
+    """(Found by the property above: a rebuild the brief asked for showed a queued drop's
+    old text.)"""
+    ctx = LocalContext(":memory:", "cache/s/t", config=ContextConfig(window=8_000), tokenizer=tokenizer)
+    try:
+        tag = ctx.add("assistant", "a long answer to forget")
+        ctx.compose(brief=_brief(0))
+        assert ctx.drop(tag, queue=True) == [tag]
+        ctx.add("user", "next")
+        kept = ctx.compose(brief=_brief(0))
+        assert kept.report.rebuild is None and f"§{tag}§ a long answer to forget" in kept.messages[2]["content"]
+        assert [i.queued for i in ctx.tail() if i.tag == tag] == [True]
+        applied = ctx.compose(brief=None)
+        assert applied.report.rebuild == "brief"
+        assert any(m["content"] == f"[dropped §{tag}§]" for m in applied.messages)
+        assert [i.queued for i in ctx.tail() if i.tag == tag] == [False]
+    finally:
+        ctx.close()
