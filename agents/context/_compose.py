@@ -13,6 +13,11 @@ tokenizing. What is given up when the prompt is over budget, in order:
 
 The system message (the host's prompt, or the mode's template) is never given up: it
 is what the host said the model is, and a prompt that cannot hold it is an error.
+
+All of that happens only at a rebuild (docs/ARCHITECTURE.md section 3). Between rebuilds
+a compose only appends to the previous prompt, so a provider's prompt cache serves it:
+it rebuilds past the high-water mark (evicting down to the low-water mark), when the
+cache has likely expired, or when something under the head changed (`HeadState.due`).
 """
 
 from __future__ import annotations

@@ -228,6 +228,10 @@ class LocalContext:
         `window - reserve_output`. `user_input` is not recorded: `add` it once the turn is
         taken, so a retried compose does not repeat it.
 
+        Between rebuilds the prompt only grows at its end (a provider's prompt cache then
+        serves all of the previous one); `report.rebuild` says why one was rebuilt. A
+        change of `brief` since the last rebuild is shown as a delta message at the end.
+
         :raises InputTooLarge: if `user_input` alone does not fit.
         """
         self._settle()
