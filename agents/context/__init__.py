@@ -10,6 +10,7 @@ docs/ARCHITECTURE.md section 3.
 
 from agents.context._archive import SearchHit
 from agents.context._config import ContextConfig, LayerBudgets
+from agents.context._cost import PRICE_PRESETS, CacheMeter, PricePreset
 from agents.context._engine import LocalContext
 from agents.context._errors import (
     ContextClosed,
@@ -32,6 +33,7 @@ from agents.context._tokens import CLAUDE_SPLIT_PATTERN, DEFAULT_ENCODING, Encod
 __all__ = [
     "AgentStore",
     "BUILTIN_MODES",
+    "CacheMeter",
     "CLAUDE_SPLIT_PATTERN",
     "ComposeReport",
     "Composition",
@@ -50,6 +52,8 @@ __all__ = [
     "LinesPastTheEnd",
     "LocalContext",
     "ModeDescriptor",
+    "PRICE_PRESETS",
+    "PricePreset",
     "SearchHit",
     "StoreError",
     "Summarizer",

@@ -13,6 +13,11 @@ tokenizing. What is given up when the prompt is over budget, in order:
 
 The system message (the host's prompt, or the mode's template) is never given up: it
 is what the host said the model is, and a prompt that cannot hold it is an error.
+
+All of that happens only at a rebuild (docs/ARCHITECTURE.md section 3). Between rebuilds
+a compose only appends to the previous prompt, so a provider's prompt cache serves it:
+it rebuilds past the high-water mark (evicting down to the low-water mark), when the
+cache has likely expired, or when something under the head changed (`HeadState.due`).
 """
 
 from __future__ import annotations
@@ -21,12 +26,13 @@ from collections.abc import Callable, Iterator
 
 from agents.context._classify import SHORT_RULE_CHARS, has_constraint
 from agents.context._config import LayerBudgets
+from agents.context._delta import brief_delta
 from agents.context._errors import InputTooLarge, InvalidConfig
 from agents.context._modes import ModeDescriptor
-from agents.context._records import LOW_VALUE_KINDS, Entry, eviction_value
-from agents.context._render import OPENING, PINNED_HEADER, SUMMARY_HEADER, late_pins, render
+from agents.context._records import LOW_VALUE_KINDS, Entry, Shown, eviction_value
+from agents.context._render import OPENING, PINNED_HEADER, SUMMARY_HEADER, Plan, late_pins, render
 from agents.context._report import Composition, Trim, TrimReason, log_trim, logger
-from agents.context._state import ContextState
+from agents.context._state import ContextState, Delta, Queued
 from agents.context._summary import Summarizer
 from agents.context._wire import STANDIN_RESULT
 from schemas import MESSAGE_KINDS
@@ -132,6 +138,7 @@ class _Run:
         if self.layers_cap < 0:
             raise InputTooLarge(self.input_cost, self.cfg.available - excess)
         self.b: LayerBudgets = self.cfg.budgets(self.layers_cap)
+        self.head_brief = brief
         self.brief = f"{_BRIEF_HEADER}{brief}" if brief else None
         self.brief_tokens = count(self.brief) if self.brief else 0
         self.summary_header = count(SUMMARY_HEADER)
@@ -150,6 +157,35 @@ class _Run:
         self.batch: list[Entry] = []
         self.pinned_overflow = 0
         self.evicted = False
+        head = state.head
+        self.rebuild: str | None = head.due
+        """Why this compose rebuilds the head, or None while it only appends."""
+        if self.rebuild is None and head.composed_at is not None and now - head.composed_at > self.cfg.cache_lifetime:
+            self.rebuild = "cache_expired"
+        self.seen_brief = brief
+        if self.rebuild is None and brief != head.seen_brief:
+            if brief is None or head.seen_brief is None or head.brief_text != f"{_BRIEF_HEADER}{head.brief}":
+                self.rebuild = "brief"  # no brief to change (or one cut to fit): the head shows it afresh
+        # Everything below follows from whether this compose starts as a rebuild.
+        self.queued: dict[int, Queued] = {} if self.rebuild else head.queued
+        """Drops queued until the next rebuild: shown as they were (see `ContextState.drop`)."""
+        self.stable = 0 if self.rebuild else head.tail_length
+        """Tail messages the previous compose showed too (see `Prompt.stable`)."""
+        self.deltas: tuple[Delta, ...] = ()
+        """Changes of the brief since the last rebuild, shown in the tail."""
+        self.boundary: int | None = None if self.rebuild else head.boundary
+        """Pins and records from this tag on show in the tail; None while rebuilding (then
+        it is the oldest message the rolling layer shows, as it goes)."""
+        if self.rebuild is None:
+            self.opening = head.opening
+            self.omitted = set(head.omitted)
+            self.brief, self.brief_tokens = head.brief_text, head.brief_tokens
+            self.deltas = head.deltas
+            if brief != head.seen_brief:
+                assert brief is not None and head.seen_brief is not None
+                text = brief_delta(head.seen_brief, brief)
+                shown = Shown.said(-1 - len(self.deltas), text)
+                self.deltas += (Delta(state.next_tag - 1, shown, count(text)),)
 
     # -- costs -------------------------------------------------------------------------
 
@@ -158,7 +194,9 @@ class _Run:
         return self.rules_cost() + self.brief_cost()
 
     def brief_cost(self) -> int:
-        return self.brief_tokens + 1 + self.ov if self.brief else 0
+        """The brief in the head and its deltas in the tail."""
+        head = self.brief_tokens + 1 + self.ov if self.brief else 0
+        return head + sum(d.tokens + self.ov for d in self.deltas)
 
     def rules_cost(self) -> int:
         """The pinned layer without the brief: pinned messages and constraint records, and
@@ -170,7 +208,7 @@ class _Run:
         for e in self.st.pinned:
             if e.tag in self.omitted:
                 continue
-            if e.tag > first:
+            if e.tag >= first:
                 total += e.shown_tokens + self.ov
             else:
                 items += 1
@@ -182,8 +220,11 @@ class _Run:
         return total + (self.ov + self.pinned_header if items else 0)
 
     def first_rolling(self) -> int:
-        """The tag of the oldest message the rolling layer shows, or one past the newest
-        tag when it shows none (no pin is newer)."""
+        """Where the tail starts: the tag of the oldest message the rolling layer shows, or
+        one past the newest tag when it shows none. Between rebuilds, where it started at
+        the last one (`HeadState.boundary`): the head holds what is older."""
+        if self.boundary is not None:
+            return self.boundary
         for e in self.visible:
             if e.layer == "rolling":
                 return e.tag
@@ -206,17 +247,37 @@ class _Run:
         if any(tag not in omitted and st.entries[tag - 1].layer != "pinned" for tag in st.records):
             return False
         rolling = [e for e in self.visible if e.layer == "rolling"]
-        late = late_pins(st, rolling, omitted)
+        late = late_pins(st, self.first_rolling(), omitted)
         if any(e.tag not in omitted and e not in late for e in st.pinned):
             return False  # a pin in the head
         first = min(rolling[:1] + late[:1], key=lambda e: e.tag, default=None)
         return first.role == "assistant" if first is not None else not self.user_input
 
     def execute(self) -> Composition:
-        self._rebuild()
+        self._measure()
+        if self.rebuild is None:
+            if self._expiring():
+                self.rebuild = "expired"
+            elif not self.opening and self.needs_opening():
+                self.rebuild = "opening"  # the prompt would show no user message (see `needs_opening`)
+            elif self.total() <= self.layers_cap * self.cfg.high_water:
+                self.st.composed(self.now, seen_brief=self.seen_brief, deltas=self.deltas)
+                return self._render()
+            else:
+                self.rebuild = "pressure"
+            self.boundary = None
+            self.opening = False  # the rebuild decides afresh
+            self.omitted, self.deltas, self.stable = set(), (), 0
+            if self.queued:  # applied now: the rebuild shows their placeholders
+                self.queued = {}
+                self._measure()
+            self.brief = f"{_BRIEF_HEADER}{self.head_brief}" if self.head_brief else None
+            self.brief_tokens = self.count(self.brief) if self.brief else 0
         self._expire()
         while self.pinned_cost() > self.b.pinned and self._demote_one():
-            self._rebuild()
+            self._measure()
+        if self.rebuild in ("pressure", "cache_expired"):
+            self._lower()
         self._fit()
         if self.needs_opening():
             # Room for the line is taken from the layers and the fit run again; what it
@@ -225,11 +286,81 @@ class _Run:
             self._fit()
             self.opening = self.needs_opening()
         if self.evicted:
-            self.st.rolling = [e for e in self.st.rolling if e.layer == "rolling"]
+            self.st.prune_rolling()
         self.pinned_overflow = max(0, self.pinned_cost() - self.b.pinned)
-        return render(self)
+        self.boundary = self.first_rolling()
+        self.st.head_rebuilt(
+            boundary=self.boundary,
+            opening=self.opening,
+            brief=self.head_brief,
+            brief_text=self.brief,
+            brief_tokens=self.brief_tokens,
+            omitted=self.omitted,
+            now=self.now,
+        )
+        return self._render()
 
-    def _rebuild(self) -> None:
+    def _render(self) -> Composition:
+        result = render(self.plan())
+        self.st.tail_shown(result.tail_length)
+        return result
+
+    def plan(self) -> Plan:
+        """What this compose decided, fixed, for the render."""
+        assert self.boundary is not None
+        return Plan(
+            st=self.st,
+            mode=self.mode,
+            domain=self.domain,
+            budget=self.cfg.window - self.cfg.reserve_output,
+            ov=self.ov,
+            b=self.b,
+            sys_text=self.sys_text,
+            sys_cost=self.sys_cost,
+            user_input=self.user_input,
+            input_cost=self.input_cost,
+            brief=self.brief,
+            brief_tokens=self.brief_tokens,
+            opening=self.opening,
+            opening_cost=self.opening_cost,
+            omitted=frozenset(self.omitted),
+            boundary=self.boundary,
+            rebuild=self.rebuild,
+            deltas=self.deltas,
+            stable=self.stable,
+            queued=self.queued,
+            rules_cost=self.rules_cost(),
+            summary_cost=self.summary_cost(),
+            brief_cost=self.brief_cost(),
+            standin_cost=self.standin_cost,
+            trims=tuple(self.trims),
+            promoted=tuple(self.promoted),
+            notes=tuple(self.notes),
+            merges=self.merges,
+            pinned_overflow=self.pinned_overflow,
+        )
+
+    def total(self) -> int:
+        """What the layers cost as they stand."""
+        return self.pinned_cost() + self.summary_cost() + self.rolling_cost
+
+    def _expiring(self) -> bool:
+        """Whether a message in the prompt has outlived its ttl."""
+        return any(
+            (e := self.st.entries[tag - 1]).layer in ("rolling", "pinned") and e.expired(self.now)
+            for tag in self.st.ttl_tags
+        )
+
+    def _lower(self) -> None:
+        """Evict by value down to the low-water mark: the turns after this rebuild then
+        only append, until the prompt reaches the high-water mark again."""
+        low = int(self.layers_cap * self.cfg.low_water)
+        # What is evicted is summarized, and the summary grows: evict again until the
+        # whole is down to the mark (or nothing outside the protected window is left).
+        while (over := self.total() - low) > 0 and self._evict_by_value(over):
+            self._flush_batch()
+
+    def _measure(self) -> None:
         """(Re)compute the visible rolling messages, their cost and the protected units.
 
         Linear in the rolling layer but only attribute reads: units are looked up in the
@@ -244,15 +375,15 @@ class _Run:
         self.rolling_cost = sum([e.shown_tokens for e in self.visible]) + self.ov * len(self.visible)
         if self.st.unanswered:
             self.rolling_cost += sum(self._standins(e) for e in self.visible)
+        for tag, queued in self.queued.items():
+            e = self.st.entries[tag - 1]
+            if e.layer == "rolling" and e.kind in kinds:
+                self.rolling_cost += queued.tokens - e.shown_tokens
         self.protected = protected_units(self.visible, self.cfg.protected_recent)
         self.newest = self.visible[-1].tag if self.visible else 0
         self.candidates = self._candidates()
         self.window: list[int] = []
         self.values: dict[int, float] = {}
-
-    def standins(self, entries: list[Entry]) -> int:
-        """What the stand-in results of the calls among `entries` cost."""
-        return sum(self._standins(e) for e in entries) if self.st.unanswered else 0
 
     def _standins(self, e: Entry) -> int:
         waiting = self.st.unanswered.get(e.tag)
@@ -281,12 +412,12 @@ class _Run:
             if e.expired(self.now):
                 self.st.forget_record(tag)  # a long message's constraints outlive its layer
             if e.layer not in ("rolling", "pinned"):
-                self.st.ttl_tags.discard(tag)
+                self.st.forget_ttl(tag)
             elif e.expired(self.now):
                 if e.layer == "pinned":
                     self.st.demote(e)
                     self._trim(e, "expired", "pinned", "rolling", e.shown_tokens)
-                    self._rebuild()
+                    self._measure()
                 if e.kind in self.mode.kinds and e.unit not in self.protected and e.unit not in due:
                     due.append(e.unit)
         for unit in due:
@@ -303,7 +434,7 @@ class _Run:
             elif self.st.summaries:
                 self._drop_summary(0)
             elif self._demote_one():
-                self._rebuild()
+                self._measure()
             elif self._evict_protected():
                 self._note("the protected recent window alone is over budget; evicting inside it")
                 self._flush_batch()
@@ -364,11 +495,12 @@ class _Run:
                 or e.kind == "synthetic"
                 or (expired and e.kind in LOW_VALUE_KINDS and e.importance < 0.5)
             ):
-                e.layer, destination = "gone", "dropped"
+                self.st.place(e, "gone")
+                destination = "dropped"
             else:
-                e.layer, destination = "summary", "summary"
+                self.st.place(e, "summary")
+                destination = "summary"
                 self.batch.append(e)
-            self.st.touch(e)
             self._trim(e, "expired" if expired else reason, "rolling", destination, e.shown_tokens)
         self.rolling_cost -= freed
         self.evicted = True

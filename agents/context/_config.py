@@ -27,6 +27,12 @@ DEFAULT_SPLIT = (1, 3, 2)
 """pinned : rolling : summary."""
 DEFAULT_ARCHIVE_THRESHOLD = 1_000
 """Tool output above this many tokens is archived and shown compact."""
+DEFAULT_HIGH_WATER = 1.0
+"""A compose that would take more than this share of the layers' room rebuilds the head."""
+DEFAULT_LOW_WATER = 0.6
+"""A rebuild taken under pressure evicts down to this share of the layers' room."""
+DEFAULT_CACHE_LIFETIME = 300.0
+"""Seconds a provider keeps a prompt prefix cached (Anthropic's and OpenAI's default, 5 min)."""
 MIN_LAYER_ROOM = 64
 """Smallest window left after reserves that we accept: below it nothing useful fits."""
 
@@ -87,6 +93,19 @@ class ContextConfig:
     """Longer lines in a compact form are clipped (the archive keeps them whole)."""
     compact_error_lines: int = 5
     """Error lines quoted in a compact form."""
+    high_water: float = DEFAULT_HIGH_WATER
+    """Share of the layers' room (the window less reserves and the new input) past which a
+    compose rebuilds the head; below it, a compose only appends to the previous prompt, so
+    a provider's prompt cache serves all of that prompt again. 1.0: only when the budget
+    forces it."""
+    low_water: float = DEFAULT_LOW_WATER
+    """Share of the layers' room a rebuild evicts down to (lowest value first, the protected
+    window kept), so the turns after it are append-only again for a while. Lower means
+    rarer rebuilds and smaller prompts, higher means more of the history verbatim."""
+    cache_lifetime: float = DEFAULT_CACHE_LIFETIME
+    """Seconds after which a provider's cache has likely dropped the prompt: a compose that
+    long after the previous one rebuilds (and evicts down to `low_water`), since it pays
+    for the whole prompt anyway."""
 
     def __post_init__(self) -> None:
         _at_least("window", self.window, 1)
@@ -106,6 +125,17 @@ class ContextConfig:
         _at_least("compact_lines", self.compact_lines, 0)
         _at_least("compact_line_chars", self.compact_line_chars, 16)
         _at_least("compact_error_lines", self.compact_error_lines, 0)
+        for name, share in (("high_water", self.high_water), ("low_water", self.low_water)):
+            if isinstance(share, bool) or not isinstance(share, int | float) or not 0.0 < share <= 1.0:
+                raise InvalidConfig(f"{name} must be a share of the layers' room, in (0, 1], got {share!r}")
+        if self.low_water > self.high_water:
+            raise InvalidConfig(
+                f"low_water ({self.low_water}) must not be above high_water ({self.high_water}): "
+                "a rebuild evicts down to the low-water mark"
+            )
+        lifetime = self.cache_lifetime
+        if isinstance(lifetime, bool) or not isinstance(lifetime, int | float) or not lifetime > 0:
+            raise InvalidConfig(f"cache_lifetime must be a positive number of seconds, got {lifetime!r}")
         if len(self.split) != 3 or any(not isinstance(w, int) or w < 0 for w in self.split):
             raise InvalidConfig(f"split must be three weights >= 0 (pinned, rolling, summary), got {self.split!r}")
         if self.split[1] == 0 or sum(self.split) == 0:

@@ -232,6 +232,10 @@ class LocalContext:
         `window - reserve_output`. `user_input` is not recorded: `add` it once the turn is
         taken, so a retried compose does not repeat it.
 
+        Between rebuilds the prompt only grows at its end (a provider's prompt cache then
+        serves all of the previous one); `report.rebuild` says why one was rebuilt. A
+        change of `brief` since the last rebuild is shown as a delta message at the end.
+
         :raises InputTooLarge: if `user_input` alone does not fit.
         """
         self._settle()
@@ -287,8 +291,7 @@ class LocalContext:
         """
         self._check_open()
         entry = self._resolve(ref)
-        entry.refs += 1
-        self._state.touch(entry)
+        self._state.referred(entry)
         return read_lines(entry.content, tag=entry.tag, lines=lines, query=query, offset=offset, limit=limit)
 
     def search(self, query: str, *, limit: int = 5) -> list[SearchHit]:
@@ -302,8 +305,7 @@ class LocalContext:
         for hit in hits:
             entry = self._state.entry(hit.tag)
             if entry is not None:
-                entry.refs += 1
-                self._state.touch(entry)
+                self._state.referred(entry)
         return hits
 
     # -- tail hygiene hooks (nudges) ------------------------------------------------------
@@ -313,17 +315,34 @@ class LocalContext:
         self._settle()
         visible = [e for e in self._state.rolling if e.kind in self._mode.kinds]
         protected = protected_units(visible, self.config.protected_recent)
-        return [
+        queued = self._state.head.queued
+        items = [
             TailItem(e.tag, e.id, e.role, e.kind, e.tool_name, e.tail_tokens, e.state, e.unit in protected, e.unit)
             for e in visible
         ]
+        if queued:  # shown as they were until the next rebuild: counted as shown
+            items = [
+                TailItem(i.tag, i.id, i.role, i.kind, i.tool_name, q.tail_tokens, "active", i.protected, i.unit, True)
+                if (q := queued.get(i.tag)) is not None
+                else i
+                for i in items
+            ]
+        return items
 
-    def drop(self, tags: int | str | Iterable[int | str]) -> list[int]:
+    def drop(self, tags: int | str | Iterable[int | str], *, queue: bool = False) -> list[int]:
         """Replace rolling messages by a `[dropped §N§]` placeholder (`ctx_reduce`).
 
         The full text stays readable and searchable. Messages not in rolling or already
         dropped are skipped; the tags actually dropped are returned. Protection policy is
         the caller's: this drops what it is told to.
+
+        A message the last prompt showed is shown dropped from the next compose on, which
+        then rebuilds the head (the provider's cached prefix is lost). With `queue`, it
+        keeps being shown as it was until the next rebuild (the high-water mark, the cache
+        lifetime, or anything else that rebuilds): magic-context's rule, for a tail not
+        yet past urgent. `tail()` marks such a message `queued`, with the tokens it
+        still costs. The drop is recorded at once either way: a reopened context shows
+        the placeholder at its first compose.
 
         :param tags: one reference (a tag `12`, `"12"` or `"§12§"`, or a message id) or an
             iterable of them. A str is one reference, never its characters.
@@ -340,12 +359,10 @@ class LocalContext:
         for e in entries:
             if e.layer != "rolling" or e.state == "dropped":
                 continue
-            e.state = "dropped"
             placeholder = drop_placeholder(e.tag)
             # A dropped call still shows its id and name (its result may be shown).
             tokens = self.tokenizer.count(placeholder) + skeleton_tokens(self.tokenizer.count, e.calls, e.keys)
-            e.set_compact(placeholder, tokens)
-            self._state.touch(e)
+            self._state.drop(e, placeholder, tokens, queue=queue)
             done.append(e.tag)
             logger.info(
                 "context drop §%s§",
@@ -381,6 +398,7 @@ class LocalContext:
         )
         self._mode = new
         self._last = None
+        self._state.rebuild_due("mode")
         return snapshot
 
     def restore(self, snapshot: int | None = None) -> str:
@@ -401,21 +419,12 @@ class LocalContext:
             raise UnknownMode(f"no snapshot {snapshot!r} to restore" if snapshot else "no snapshot to restore")
         snapshot_id, payload = found
         mode = lookup_mode(self._modes, payload["mode"])
-        st = self._state
-        max_tag = int(payload["max_tag"])
-        placed = {int(tag): (layer, pin) for tag, layer, pin in payload["layers"]}
-        for e in st.entries:
-            layer, pin = placed.get(e.tag, ("rolling", "")) if e.tag <= max_tag else (e.layer, e.pin)
-            if (e.tag > max_tag and layer == "summary") or (layer == "pinned" and e.state == "dropped"):
-                layer, pin = "rolling", ""
-            if (layer, pin) != (e.layer, e.pin):
-                e.layer, e.pin = layer, pin
-                st.touch(e)
-        st.replace_summaries([SummaryEntry(*row) for row in payload["summaries"]])
-        kept = {tag: r for tag, r in st.records.items() if tag > max_tag or st.entries[tag - 1].state == "dropped"}
-        st.records = {row[0]: ConstraintRecord(*row) for row in payload["records"]} | kept
-        st.records_dirty = True
-        st.reindex()
+        self._state.restore(
+            max_tag=int(payload["max_tag"]),
+            placed={int(tag): (layer, pin) for tag, layer, pin in payload["layers"]},
+            summaries=[SummaryEntry(*row) for row in payload["summaries"]],
+            records=[ConstraintRecord(*row) for row in payload["records"]],
+        )
         logger.info(
             "context restore snapshot -> mode %s",
             mode.name,
@@ -474,39 +483,26 @@ class LocalContext:
         """Write pending changes, plus a new mode, runtime state values and a snapshot to
         drop or to store, in one transaction; returns the stored snapshot's id."""
         st = self._state
-        new, changed = st.drain()
-        if not (
-            new
-            or changed
-            or st.summary_changes
-            or st.summaries_reset
-            or st.records_dirty
-            or mode is not None
-            or state
-            or drop_snapshot is not None
-            or new_snapshot is not None
-        ):
+        changes = st.drain()
+        if changes.empty and mode is None and not state and drop_snapshot is None and new_snapshot is None:
             return None
         try:
-            snapshot_id = self._store.save(
+            return self._store.save(
                 self._key,
-                new=new,
-                changed=changed,
-                summaries=st.summary_changes,
-                all_summaries=st.summaries if st.summaries_reset else None,
-                constraints=sorted(st.records.values(), key=lambda r: r.source_tag) if st.records_dirty else None,
-                next_summary=st.next_summary_id,
+                new=changes.new,
+                changed=changes.changed,
+                summaries=changes.summaries,
+                all_summaries=changes.all_summaries,
+                constraints=changes.constraints,
+                next_summary=changes.next_summary,
                 mode=mode,
                 state=state,
                 drop_snapshot=drop_snapshot,
                 new_snapshot=new_snapshot,
             )
         except BaseException:
-            st.undrain(new, changed)
+            st.undrain(changes)
             raise
-        st.summary_changes = {}
-        st.summaries_reset = st.records_dirty = False
-        return snapshot_id
 
     def close(self) -> None:
         """Flush and close the file. Idempotent.

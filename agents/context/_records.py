@@ -215,6 +215,17 @@ class Shown:
         self.wire: dict[str, Any] = {}
         """Provider forms by name, filled by the renderings."""
 
+    @classmethod
+    def said(cls, tag: int, text: str) -> Shown:
+        """A user message the engine itself adds to the tail (a brief delta); `tag` is
+        negative, so it is never a message's."""
+        shown = cls.__new__(cls)
+        shown.tag, shown.role, shown.kind, shown.text = tag, "user", "synthetic", text
+        shown.calls, shown.answers = (), None
+        shown.chat = ChatMessage({"role": "user", "content": text})
+        shown.wire = {}
+        return shown
+
     def __repr__(self) -> str:
         return f"<Shown §{self.tag}§ {self.role} {len(self.calls)} calls>"
 

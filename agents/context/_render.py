@@ -18,18 +18,29 @@ the head. It moves to the pinned block once the rolling layer has moved past it.
 
 from __future__ import annotations
 
+import hashlib
 from array import array
-from typing import Protocol
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 
-from agents.context._config import ContextConfig, LayerBudgets
+from agents.context._config import LayerBudgets
 from agents.context._modes import ModeDescriptor
-from agents.context._records import Entry
+from agents.context._records import Entry, Shown
 from agents.context._report import ComposeReport, Composition, LayerItem, LayerView, Trim, logger
-from agents.context._state import ContextState
+from agents.context._state import ContextState, Delta, Queued
 from agents.context._wire import Prompt
 from schemas import MESSAGE_KINDS
 
-__all__ = ["HEAD_SEPARATOR", "OPENING", "PINNED_HEADER", "SUMMARY_HEADER", "Plan", "late_pins", "render"]
+__all__ = [
+    "HEAD_SEPARATOR",
+    "OPENING",
+    "PINNED_HEADER",
+    "SUMMARY_HEADER",
+    "Plan",
+    "late_pins",
+    "render",
+]
 
 PINNED_HEADER = "[pinned: goal and constraints]\n"
 SUMMARY_HEADER = "[summary of earlier turns]\n"
@@ -40,13 +51,16 @@ OPENING = "[the conversation so far]"
 with an assistant turn (or is empty): providers want a user message first."""
 
 
-class Plan(Protocol):
-    """What the planner decided; see `agents.context._compose`."""
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What a compose decided, fixed once it has: the render reads this and the layers of
+    the state the planner left (see `agents.context._compose`), never the planner."""
 
     st: ContextState
-    cfg: ContextConfig
     mode: ModeDescriptor
     domain: str
+    budget: int
+    """The prompt's budget: the window less the output reserve."""
     ov: int
     b: LayerBudgets
     sys_text: str
@@ -54,32 +68,35 @@ class Plan(Protocol):
     user_input: str
     input_cost: int
     brief: str | None
+    """The brief block of the head (headed, cut if it did not fit), or None."""
     brief_tokens: int
     opening: bool
     opening_cost: int
-    omitted: set[int]
-    trims: list[Trim]
-    promoted: list[int]
-    notes: list[str]
+    omitted: frozenset[int]
+    boundary: int
+    """Where the tail starts (`HeadState.boundary`)."""
+    rebuild: str | None
+    deltas: tuple[Delta, ...]
+    stable: int
+    queued: Mapping[int, Queued]
+    rules_cost: int
+    summary_cost: int
+    brief_cost: int
+    standin_cost: int
+    """What one stand-in result costs."""
+    trims: tuple[Trim, ...]
+    promoted: tuple[int, ...]
+    notes: tuple[str, ...]
     merges: int
     pinned_overflow: int
 
-    def rules_cost(self) -> int: ...
 
-    def brief_cost(self) -> int: ...
-
-    def summary_cost(self) -> int: ...
-
-    def standins(self, entries: list[Entry]) -> int: ...
-
-
-def late_pins(st: ContextState, rolling: list[Entry], omitted: set[int]) -> list[Entry]:
-    """The pinned messages shown at their place in the tail: those newer than the oldest
-    message of `rolling` (the rolling layer as shown)."""
-    if not rolling or not st.pinned or st.pinned[-1].tag < rolling[0].tag:
+def late_pins(st: ContextState, first: int, omitted: AbstractSet[int]) -> list[Entry]:
+    """The pinned messages shown at their place in the tail: those from tag `first` (where
+    the tail starts; see `HeadState.boundary`) on."""
+    if not st.pinned or st.pinned[-1].tag < first:
         return []
-    first = rolling[0].tag
-    return [e for e in st.pinned if e.tag > first and e.tag not in omitted]
+    return [e for e in st.pinned if e.tag >= first and e.tag not in omitted]
 
 
 def _in_order(rolling: list[Entry], late: list[Entry]) -> list[Entry]:
@@ -89,12 +106,40 @@ def _in_order(rolling: list[Entry], late: list[Entry]) -> list[Entry]:
     return sorted([*rolling, *late], key=lambda e: e.tag)
 
 
+def _standins(st: ContextState, rolling: list[Entry], cost: int) -> int:
+    """What the stand-in results of the calls shown in `rolling` cost."""
+    if not st.unanswered:
+        return 0
+    return sum(len(st.unanswered.get(e.tag) or ()) * cost for e in rolling)
+
+
+def _view(e: Entry, queued: Mapping[int, Queued]) -> Shown:
+    """What `e` shows: as it was before a drop queued until the next rebuild, or as it is."""
+    if queued and (q := queued.get(e.tag)) is not None:
+        return q.view
+    return e.view or e.shown_view()
+
+
+def _with_deltas(tail: list[Shown], deltas: tuple[Delta, ...]) -> list[Shown]:
+    """`tail` with each brief delta put in after the message it followed (both in order)."""
+    if not deltas:
+        return tail
+    out: list[Shown] = []
+    i = 0
+    for d in deltas:
+        while i < len(tail) and tail[i].tag <= d.after:
+            out.append(tail[i])
+            i += 1
+        out.append(d.shown)
+    return out + tail[i:]
+
+
 def render(run: Plan) -> Composition:
     """The prompt, report and (lazy) layer views of a finished plan."""
     st = run.st
     kinds = run.mode.kinds
     rolling = st.rolling if len(kinds) == len(MESSAGE_KINDS) else [e for e in st.rolling if e.kind in kinds]
-    late = late_pins(st, rolling, run.omitted)
+    late = late_pins(st, run.boundary, run.omitted)
     in_tail = {e.tag for e in late}
     pinned: list[tuple[int | None, str, str, int]] = sorted(
         [
@@ -122,39 +167,45 @@ def render(run: Plan) -> Composition:
     if brief:
         sections.append(brief)
     head = HEAD_SEPARATOR.join(sections) if sections else None
-    tail = [e.view or e.shown_view() for e in _in_order(rolling, late)]
-    prompt = Prompt(run.sys_text, head, tail, run.user_input)
+    queued = run.queued
+    tail = _with_deltas([_view(e, queued) for e in _in_order(rolling, late)], run.deltas)
+    prompt = Prompt(run.sys_text, head, tail, run.user_input, run.stable)
 
     messages: list[dict[str, str]] = [{"role": "system", "content": run.sys_text}]
     if head is not None:
         messages.append({"role": "user", "content": head})
     messages += [view.chat for view in tail]
-    shown = [e.view or e.shown_view() for e in rolling] if late else tail
+    shown = [_view(e, queued) for e in rolling] if late or run.deltas else tail
     rolling_tokens = array("l", [e.shown_tokens for e in rolling])
+    if queued:
+        for i, e in enumerate(rolling):
+            if (q := queued.get(e.tag)) is not None:
+                rolling_tokens[i] = q.tokens
     rolling = list(rolling) if rolling is st.rolling else rolling
     if run.user_input:
         messages.append({"role": "user", "content": run.user_input})
 
     layers = {
         "system": run.sys_cost,
-        "pinned": run.rules_cost(),
-        "summary": run.summary_cost(),
-        "brief": run.brief_cost(),
-        "rolling": sum(rolling_tokens) + run.ov * len(rolling_tokens) + run.standins(rolling),
+        "pinned": run.rules_cost,
+        "summary": run.summary_cost,
+        "brief": run.brief_cost,
+        "rolling": sum(rolling_tokens) + run.ov * len(rolling_tokens) + _standins(st, rolling, run.standin_cost),
         "input": run.input_cost,
     }
     report = ComposeReport(
         mode=run.mode.name,
-        budget=run.cfg.window - run.cfg.reserve_output,
+        budget=run.budget,
         total=sum(layers.values()),
         layers=layers,
         budgets=run.b,
-        trims=tuple(run.trims),
-        promoted=tuple(run.promoted),
+        trims=run.trims,
+        promoted=run.promoted,
         merges=run.merges,
         pinned_overflow=run.pinned_overflow,
         hard_omitted=tuple(sorted(run.omitted)),
-        notes=tuple(run.notes),
+        notes=run.notes,
+        rebuild=run.rebuild,
     )
     logger.info(
         "context compose: %s of %s tokens",
@@ -171,6 +222,7 @@ def render(run: Plan) -> Composition:
         },
     )
     b, sys_text, sys_cost, user_input, input_cost = run.b, run.sys_text, run.sys_cost, run.user_input, run.input_cost
+    deltas = run.deltas
     ov = run.ov
 
     def views() -> tuple[LayerView, ...]:
@@ -185,7 +237,8 @@ def render(run: Plan) -> Composition:
                 "brief",
                 b.pinned,
                 layers["brief"],
-                (LayerItem(None, "brief", brief, brief_tokens + 1),) if brief else (),
+                ((LayerItem(None, "brief", brief, brief_tokens + 1),) if brief else ())
+                + tuple(LayerItem(None, "brief_delta", d.shown.text, d.tokens + ov) for d in deltas),
             ),
             LayerView(
                 "rolling",
@@ -204,4 +257,9 @@ def render(run: Plan) -> Composition:
             ),
         )
 
-    return Composition(messages, report, views, prompt)
+    return Composition(messages, report, views, prompt, prompt_cache_key(run.domain))
+
+
+def prompt_cache_key(domain: str) -> str:
+    """A stable, opaque key per agent for OpenAI's `prompt_cache_key`."""
+    return "ctxbus-" + hashlib.sha256(domain.encode()).hexdigest()[:24]

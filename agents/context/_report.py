@@ -110,6 +110,14 @@ class ComposeReport:
     """Source tags of hard constraints left out because they alone exceed the budget."""
     notes: tuple[str, ...]
     """Plain-language warnings (e.g. protected window over budget)."""
+    rebuild: str | None = None
+    """Why this compose rebuilt the head of the prompt, or None: it only appended to the
+    previous compose's prompt, whose messages it repeats byte for byte (a provider's
+    prompt cache serves them). Reasons: `first` (first compose since open), `mode` (a mode
+    switch), `layers` (a restore), `drop`, `note` (a note on a message already shown),
+    `brief` (the shared brief changed), `expired` (a ttl ran out), `cache_expired`
+    (longer than `cache_lifetime` since the last compose) and `pressure` (past the
+    high-water mark)."""
 
 
 class Composition:
@@ -120,7 +128,7 @@ class Composition:
     in the next compose, not in this one's renderings.
     """
 
-    __slots__ = ("messages", "report", "_views", "_layers", "_prompt")
+    __slots__ = ("messages", "report", "cache_key", "_views", "_layers", "_prompt")
 
     def __init__(
         self,
@@ -128,12 +136,16 @@ class Composition:
         report: ComposeReport,
         views: Callable[[], tuple[LayerView, ...]],
         prompt: Prompt,
+        cache_key: str = "",
     ) -> None:
         self.messages = messages
         """The neutral form: `{role, content}` per message, as recorded (tool results also
         carry their `tool_call_id`; calls are not shown). Use a rendering to send it."""
         self.report = report
         """Accounting and trims."""
+        self.cache_key = cache_key
+        """The same for every compose of one agent (its domain, digested): pass it as
+        OpenAI's `prompt_cache_key`, so its calls are routed to the same prompt cache."""
         self._views = views
         self._layers: tuple[LayerView, ...] | None = None
         self._prompt = prompt
@@ -149,7 +161,7 @@ class Composition:
         """
         return to_openai(self._prompt)
 
-    def to_anthropic(self) -> dict[str, Any]:
+    def to_anthropic(self, *, cache: bool = False) -> dict[str, Any]:
         """The prompt as the `system` and `messages` of a Messages API request.
 
         Turns alternate from a user turn; each turn's calls are `tool_use` blocks and
@@ -158,8 +170,17 @@ class Composition:
         max_tokens=..., tools=..., **composition.to_anthropic())``. A prompt that ends
         with an assistant turn (nothing said since the model's last answer) is a prefill
         there, which some models refuse: compose once there is something to answer.
+
+        With `cache`, `cache_control` breakpoints mark the end of the head, of the part the
+        previous compose showed too, and of the prompt (three at most of the API's four),
+        so the Messages API caches the prefix that the next call repeats.
         """
-        return to_anthropic(self._prompt)
+        return to_anthropic(self._prompt, cache=cache)
+
+    @property
+    def tail_length(self) -> int:
+        """Messages of the tail (rolling layer, late pins, brief deltas) this prompt shows."""
+        return len(self._prompt.rolling)
 
     @property
     def layers(self) -> tuple[LayerView, ...]:
@@ -190,6 +211,9 @@ class TailItem:
     unit: int
     """Tag of the tool call it belongs to (a call and its results share it); its own tag
     if it stands alone."""
+    queued: bool = False
+    """Dropped with `queue=True` and still shown as it was until the next rebuild (state
+    and tokens are what is shown): count it in T, not in what can still be dropped."""
 
 
 def log_trim(domain: str, trim: Trim) -> None:

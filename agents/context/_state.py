@@ -11,18 +11,19 @@ from __future__ import annotations
 import bisect
 import math
 import re
+from dataclasses import dataclass, field
 
 from agents.context._archive import compact_form
 from agents.context._calls import CALL_OVERHEAD, Call, calls_text, calls_tokens, coerce_calls, legacy_calls
 from agents.context._classify import PIN_COPY_MAX_CHARS, constraint_text, has_constraint, mostly_rule
 from agents.context._config import ContextConfig
 from agents.context._errors import InvalidMessage, UnknownReference
-from agents.context._records import ConstraintRecord, Entry, SummaryEntry
+from agents.context._records import ConstraintRecord, Entry, Layer, Shown, SummaryEntry
 from agents.context._report import logger
 from agents.context._tokens import Tokenizer
 from schemas import MESSAGE_KINDS, MESSAGE_ROLES, message_id
 
-__all__ = ["ContextState", "check_message", "default_importance"]
+__all__ = ["Changes", "ContextState", "Delta", "HeadState", "Queued", "check_message", "default_importance"]
 
 _TAG_REF = re.compile(r"§(\d+)§")
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
@@ -51,6 +52,85 @@ def default_importance(role: str, kind: str, *, first_user: bool) -> float:
     if role == "user" and kind == "chat":
         return PIN_IMPORTANCE if first_user else 0.5
     return _DEFAULT_IMPORTANCE[kind]
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    """A change of the shared brief, shown in the tail after message §after§."""
+
+    after: int
+    shown: Shown
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """Everything to write at a flush, taken from the state at once (`ContextState.drain`)."""
+
+    new: list[Entry]
+    changed: list[Entry]
+    summaries: dict[int, SummaryEntry | None]
+    """Summary entries written (or, as None, removed), by id."""
+    all_summaries: list[SummaryEntry] | None
+    """The whole summary layer, when it was replaced (restore); else None."""
+    constraints: list[ConstraintRecord] | None
+    """Every constraint record, when any changed; else None."""
+    next_summary: int
+
+    @property
+    def empty(self) -> bool:
+        return not (
+            self.new or self.changed or self.summaries or self.all_summaries is not None or self.constraints is not None
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """A message dropped since the last rebuild, still shown as it was until the next."""
+
+    view: Shown
+    tokens: int
+    """Its `shown_tokens` before the drop."""
+    tail_tokens: int
+    """Its `tail_tokens` before the drop."""
+
+
+@dataclass(slots=True)
+class HeadState:
+    """What the head of the prompt was built from, as of the last rebuild.
+
+    Between rebuilds a compose only appends (docs/ARCHITECTURE.md section 3), so the
+    head, and every message the previous prompt showed, render to the same bytes.
+    In memory only: a reopened context rebuilds at its first compose (`due`).
+    """
+
+    composed_at: float | None = None
+    """When the last compose ran (the context's clock); None: never since open."""
+    boundary: int = 0
+    """Pins and constraint records from this tag on are shown at their place in the tail,
+    not in the head: the oldest message the rolling layer showed at the rebuild (or the
+    next tag, if it showed none)."""
+    opening: bool = False
+    """Whether the head was the opening line alone."""
+    brief: str | None = None
+    """The brief the head was built from (as the host gave it)."""
+    brief_text: str | None = None
+    """What the head shows of it (headed; cut, if it did not fit), and its tokens."""
+    brief_tokens: int = 0
+    seen_brief: str | None = None
+    """The brief as the model sees it: the head's with the deltas applied."""
+    deltas: tuple[Delta, ...] = ()
+    """Changes of the brief since the rebuild, shown in the tail (`agents.context._delta`)."""
+    omitted: frozenset[int] = frozenset()
+    """Hard constraints the rebuild left out of the head (they alone exceeded the budget)."""
+    queued: dict[int, Queued] = field(default_factory=dict)
+    """Drops queued until the next rebuild, by tag: what the message showed before."""
+    shown_upto: int = 0
+    """One past the newest tag the last compose could show."""
+    tail_length: int = 0
+    """Messages of the tail the last compose showed."""
+    due: str | None = "first"
+    """Why the next compose must rebuild whatever the budget says, or None."""
 
 
 class ContextState:
@@ -95,6 +175,8 @@ class ContextState:
         self._record_keys: dict[str, int] = {}
         """Normalized constraint text -> the tag that stated it first (dedupes restatements)."""
         self._has_user = False
+        self.head = HeadState()
+        """What the head was built from at the last rebuild; see `HeadState`."""
         self._pin_max = config.budgets(config.available).pinned
         count = tokenizer.count
         self._ascii_tag = count("§") == count("@") == 1 and count("§12§ x") == count("@12@ x")
@@ -212,6 +294,7 @@ class ContextState:
         the next compose does. A hard pin later cut to a record keeps the key of its whole
         text: a word-for-word restatement is then still recognised.
         """
+        self.rebuild_due("layers")
         self.rolling = [e for e in self.entries if e.layer == "rolling"]
         self.pinned = [e for e in self.entries if e.layer == "pinned"]
         self.ttl_tags = {e.tag for e in self.entries if e.ttl is not None}
@@ -232,6 +315,64 @@ class ContextState:
         """The messages of a unit, in order."""
         return self.units.get(unit) or [self.entries[unit - 1]]
 
+    def rebuild_due(self, reason: str) -> None:
+        """Make the next compose rebuild the head (the layers changed under it)."""
+        if self.head.due is None:
+            self.head.due = reason
+
+    def head_rebuilt(
+        self,
+        *,
+        boundary: int,
+        opening: bool,
+        brief: str | None,
+        brief_text: str | None,
+        brief_tokens: int,
+        omitted: set[int],
+        now: float,
+    ) -> None:
+        """Record the head a rebuild made: later composes append to it."""
+        self.head = HeadState(
+            composed_at=now,
+            boundary=boundary,
+            opening=opening,
+            brief=brief,
+            brief_text=brief_text,
+            brief_tokens=brief_tokens,
+            seen_brief=brief,
+            omitted=frozenset(omitted),
+            shown_upto=self.next_tag,
+            due=None,
+        )
+
+    def drop(self, entry: Entry, placeholder: str, tokens: int, *, queue: bool) -> None:
+        """Replace what `entry` shows by its drop placeholder (`tokens` long).
+
+        A message the last prompt showed keeps showing as it was until the next rebuild
+        when `queue` (its drop is queued: the prompt's prefix stays cached), else the
+        next compose rebuilds. One no prompt showed yet just shows the placeholder.
+        """
+        shown = entry.tag < self.head.shown_upto
+        if shown and queue and self.head.due is None:
+            self.head.queued[entry.tag] = Queued(entry.shown_view(), entry.shown_tokens, entry.tail_tokens)
+        elif shown:
+            self.rebuild_due("drop")
+        entry.state = "dropped"
+        entry.set_compact(placeholder, tokens)
+        self.touch(entry)
+
+    def tail_shown(self, length: int) -> None:
+        """Record how many tail messages the compose just made shows."""
+        self.head.tail_length = length
+
+    def composed(self, now: float, *, seen_brief: str | None, deltas: tuple[Delta, ...]) -> None:
+        """Record an append-only compose at `now`, with the brief deltas it showed."""
+        head = self.head
+        head.composed_at = now
+        head.shown_upto = self.next_tag
+        head.seen_brief = seen_brief
+        head.deltas = deltas
+
     def annotate(self, tag: int, text: str) -> Entry:
         """Append `text` to what the model is shown of tool result §tag§.
 
@@ -243,6 +384,8 @@ class ContextState:
             raise UnknownReference(f"§{tag}§ is {what}; only a tool result takes a note")
         entry.add_note(text, self.tokenizer.count(text) + 1 if text else 0)
         self.touch(entry)
+        if tag < self.head.shown_upto:
+            self.rebuild_due("note")  # a message a prompt already showed changes
         return entry
 
     def touch(self, entry: Entry) -> None:
@@ -276,6 +419,7 @@ class ContextState:
         self.records[entry.tag] = record
         self._record_keys[key] = entry.tag
         self.records_dirty = True
+        self.rebuild_due("constraint")  # the head shows it from the next compose on
         return record
 
     def forget_record(self, tag: int) -> None:
@@ -350,19 +494,79 @@ class ContextState:
         if any(entry.layer == "pinned" for entry in pending):
             self.rolling = [e for e in self.rolling if e.layer == "rolling"]
 
-    def drain(self) -> tuple[list[Entry], list[Entry]]:
-        """Take the new and changed entries since the last flush."""
+    def drain(self) -> Changes:
+        """Take every change since the last flush, to be written in one transaction."""
         self.classify_pending()
         new, self.new = self.new, []
         new_tags = {e.tag for e in new}
         changed = [e for tag, e in self.dirty.items() if tag not in new_tags]
         self.dirty = {}
-        return new, changed
+        changes = Changes(
+            new,
+            changed,
+            self.summary_changes,
+            list(self.summaries) if self.summaries_reset else None,
+            sorted(self.records.values(), key=lambda r: r.source_tag) if self.records_dirty else None,
+            self.next_summary_id,
+        )
+        self.summary_changes = {}
+        self.summaries_reset = self.records_dirty = False
+        return changes
 
-    def undrain(self, new: list[Entry], changed: list[Entry]) -> None:
+    def undrain(self, changes: Changes) -> None:
         """Give back what `drain` took, when writing it failed: the next flush retries it."""
-        self.new = new + self.new
-        self.dirty = {e.tag: e for e in changed} | self.dirty
+        self.new = changes.new + self.new
+        self.dirty = {e.tag: e for e in changes.changed} | self.dirty
+        self.summary_changes = changes.summaries | self.summary_changes
+        self.summaries_reset |= changes.all_summaries is not None
+        self.records_dirty |= changes.constraints is not None
+
+    def referred(self, entry: Entry) -> None:
+        """Count a reference to `entry` (a read, a search hit): it weighs in its value."""
+        entry.refs += 1
+        self.touch(entry)
+
+    def place(self, entry: Entry, layer: Layer) -> None:
+        """Move a rolling message out of the prompt: to the summary, or gone for good.
+
+        `rolling` keeps it until `prune_rolling` (a compose evicts many at once)."""
+        entry.layer = layer
+        self.touch(entry)
+
+    def prune_rolling(self) -> None:
+        """Take the messages `place` moved out of the rolling list."""
+        self.rolling = [e for e in self.rolling if e.layer == "rolling"]
+
+    def forget_ttl(self, tag: int) -> None:
+        """Stop checking §tag§ for expiry (it left the prompt's layers)."""
+        self.ttl_tags.discard(tag)
+
+    def restore(
+        self,
+        *,
+        max_tag: int,
+        placed: dict[int, tuple[str, str]],
+        summaries: list[SummaryEntry],
+        records: list[ConstraintRecord],
+    ) -> None:
+        """Put back the layers of a snapshot taken when `max_tag` was the newest tag.
+
+        Messages added since stay where they are (but not in the summary: in rolling);
+        a message dropped since is not pinned again; constraint records of messages added
+        or dropped since are kept.
+        """
+        for e in self.entries:
+            layer, pin = placed.get(e.tag, ("rolling", "")) if e.tag <= max_tag else (e.layer, e.pin)
+            if (e.tag > max_tag and layer == "summary") or (layer == "pinned" and e.state == "dropped"):
+                layer, pin = "rolling", ""
+            if (layer, pin) != (e.layer, e.pin):
+                e.layer, e.pin = layer, pin  # type: ignore[assignment]
+                self.touch(e)
+        self.replace_summaries(summaries)
+        kept = {tag: r for tag, r in self.records.items() if tag > max_tag or self.entries[tag - 1].state == "dropped"}
+        self.records = {r.source_tag: r for r in records} | kept
+        self.records_dirty = True
+        self.reindex()
 
     def _join_unit(self, entry: Entry) -> None:
         """Tool calls open a unit; their results join it. Everything else stands alone.

@@ -31,7 +31,7 @@ from typing import Any, Final, TypeVar
 from agents.context._calls import anthropic_id, openai_id, wire_name
 from agents.context._records import ChatMessage, ReadOnly, Shown
 
-__all__ = ["STANDIN_RESULT", "Frozen", "Prompt", "to_anthropic", "to_openai", "tool_input"]
+__all__ = ["CACHE_BREAKPOINTS", "STANDIN_RESULT", "Frozen", "Prompt", "to_anthropic", "to_openai", "tool_input"]
 
 T = TypeVar("T")
 
@@ -71,6 +71,9 @@ class Prompt:
     """The tail: the rolling layer, with the pins newer than its start at their places."""
     user_input: str
     """The new user input, last; may be empty."""
+    stable: int = 0
+    """How many messages of `rolling`, from its start, the previous compose showed too
+    (0 after a rebuild): the end of the prefix a provider's cache holds from that call."""
 
 
 # -- the walk ------------------------------------------------------------------------------
@@ -193,10 +196,27 @@ _ANTHROPIC = "anthropic"
 _ANTHROPIC_SAID = "anthropic:user"
 
 
-def to_anthropic(prompt: Prompt) -> dict[str, Any]:
+_EPHEMERAL = Frozen(type="ephemeral")
+CACHE_BREAKPOINTS: Final = 4
+"""Most `cache_control` breakpoints the Messages API takes in one request."""
+
+
+def to_anthropic(prompt: Prompt, *, cache: bool = False) -> dict[str, Any]:
     """``{"system": ..., "messages": [...]}``: turns alternating from a user turn, each
-    call's `tool_use` answered by a `tool_result` first thing in the next user turn."""
+    call's `tool_use` answered by a `tool_result` first thing in the next user turn.
+
+    With `cache`, `cache_control` breakpoints (three at most) mark the end of the head
+    (system and head message: what changes least), the end of the part the previous
+    compose showed too (which this call reads from the cache), and the end of the prompt
+    (which it writes for the next call)."""
     turns: list[tuple[str, list[dict[str, Any]]]] = []
+    marks: list[tuple[int, int]] = []
+    """(turn, block) positions to mark."""
+    last_stable = prompt.rolling[prompt.stable - 1] if cache and prompt.stable else None
+
+    def mark() -> None:
+        if cache:
+            marks.append((len(turns) - 1, len(turns[-1][1]) - 1))
 
     def put(role: str, blocks: Sequence[dict[str, Any]]) -> None:
         if turns and turns[-1][0] == role:
@@ -206,17 +226,28 @@ def to_anthropic(prompt: Prompt) -> dict[str, Any]:
 
     if prompt.head is not None:
         put("user", [_text(prompt.head)])
+        mark()
     for step in _walk(prompt.rolling):
         if isinstance(step, _Turn):
             put("assistant", [block for member in step.group for block in _anthropic_blocks(member)])
+            shown = step.group
         elif isinstance(step, _Result):
             put("user", [_anthropic_result(step)])
+            shown = (step.result,) if step.result is not None else ()
         else:
             put("user", [_anthropic_text(step.message)])
+            shown = (step.message,)
+        if last_stable is not None and any(member is last_stable for member in shown):
+            mark()
     if prompt.user_input:
         put("user", [_text(prompt.user_input)])
     if turns and turns[-1][0] == "assistant":
         _strip_last(turns[-1][1])
+    if turns:
+        mark()
+    for turn, index in sorted(set(marks))[-(CACHE_BREAKPOINTS - 1) :]:
+        blocks = turns[turn][1]
+        blocks[index] = Frozen(blocks[index], cache_control=_EPHEMERAL)
     messages = [Frozen(role=role, content=tuple(blocks)) for role, blocks in turns]
     return {"system": prompt.system, "messages": messages}
 

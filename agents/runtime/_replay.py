@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.context import ContextConfig, LocalContext, Tokenizer
+from agents.context import PRICE_PRESETS, CacheMeter, ContextConfig, LocalContext, Tokenizer
 from agents.nudges import Band, HygieneWalker, NudgeFloors, protected_floor
 from agents.runtime._tail import TailAdapter
-from agents.runtime._transcript import TranscriptError, read_transcript
+from agents.runtime._transcript import TranscriptError, TranscriptMessage, read_transcript
 from schemas import Domain, UsageError
 
 __all__ = ["ReplayReport", "replay_transcript", "TranscriptError"]
@@ -43,6 +43,16 @@ class ReplayReport:
     """Tool results measured in each band."""
     trims: Counter[str] = field(default_factory=Counter)
     """Trims by `reason -> destination`."""
+    cache: CacheMeter | None = None
+    """Cached share and cost of the prompts composed (Chat Completions rendering)."""
+    full_cache: CacheMeter | None = None
+    """The same for sending the full, untrimmed history at every call."""
+
+    def cost(self, preset: str) -> float:
+        """The prompts' input cost under a price preset, relative to the full history's."""
+        if self.cache is None or self.full_cache is None or not self.full_cache.cost(preset):
+            return 0.0
+        return self.cache.cost(preset) / self.full_cache.cost(preset)
 
     @property
     def mean_prompt(self) -> float:
@@ -76,6 +86,13 @@ class ReplayReport:
             "highest_band": self.highest_band,
             "bands": dict(self.bands),
             "trims": dict(self.trims),
+            "cache": {
+                "cached_share": round(self.cache.cached_share, 4) if self.cache else 0.0,
+                "full_history_cached_share": round(self.full_cache.cached_share, 4) if self.full_cache else 0.0,
+                "rewrites_per_call": round(self.cache.rewrites_per_call, 4) if self.cache else 0.0,
+                "cost_vs_full_history": {preset: round(self.cost(preset), 4) for preset in PRICE_PRESETS},
+                "price_presets": {name: p._asdict() for name, p in PRICE_PRESETS.items()},
+            },
         }
 
 
@@ -101,6 +118,18 @@ def replay_transcript(path: Path, *, budget: int, store: Path, tokenizer: Tokeni
         adapter = TailAdapter()
         history = context.tokenizer.count(transcript.system_prompt) if transcript.system_prompt else 0
         previous = ""
+        counts: dict[str, int] = {}
+
+        def count(text: str) -> int:
+            n = counts.get(text)
+            if n is None:
+                n = counts[text] = context.tokenizer.count(text)
+            return n
+
+        report.cache, report.full_cache = CacheMeter(count), CacheMeter(count)
+        full: list[tuple[object, ...]] = (
+            [("system", transcript.system_prompt, None, ())] if transcript.system_prompt else []
+        )
         for message in transcript.messages:
             if message.role == "assistant" and previous not in ("", "assistant"):
                 composition = context.compose()
@@ -108,14 +137,23 @@ def replay_transcript(path: Path, *, budget: int, store: Path, tokenizer: Tokeni
                 report.prompt_tokens.append(composition.report.total)
                 report.history_tokens.append(history)
                 report.trims.update(f"{t.reason} -> {t.destination}" for t in composition.report.trims)
+                report.cache.call(composition.to_openai())
+                report.full_cache.call_keys(full)
             try:
                 tag = context.add(**message.add_arguments())
             except UsageError as exc:
                 raise TranscriptError(f"{path}:{message.line}: {exc}") from exc
             history += context.message(tag).tokens
+            full.append(_full_key(message))
             report.messages += 1
             previous = message.role
             if message.role == "tool":
                 parts, tags = adapter.convert(context.tail())
                 report.bands[str(walker.measure(parts, tags).band)] += 1
     return report
+
+
+def _full_key(message: TranscriptMessage) -> tuple[object, ...]:
+    """A message as the full history would send it, as `CacheMeter` compares it."""
+    calls = tuple((c.id, c.name, c.arguments) for c in message.tool_calls)
+    return (message.role, message.content, message.call_id if message.role == "tool" else None, calls)

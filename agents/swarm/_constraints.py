@@ -16,6 +16,7 @@ from agents.context import LayerView
 __all__ = ["missing_from_brief", "missing_from_pinned"]
 
 _BRIEF_KIND: Final = "brief"
+_BRIEF_KINDS: Final = frozenset({_BRIEF_KIND, "brief_delta"})
 
 
 def missing_from_pinned(layers: Sequence[LayerView], constraints: Iterable[str]) -> list[str]:
@@ -29,5 +30,6 @@ def missing_from_pinned(layers: Sequence[LayerView], constraints: Iterable[str])
 
 def missing_from_brief(layers: Sequence[LayerView], constraints: Iterable[str]) -> list[str]:
     """The `constraints` (the lead's) that the brief block of the prompt lacks."""
-    brief = "\n".join(item.text for layer in layers for item in layer.items if item.kind == _BRIEF_KIND)
+    # The head's brief and the deltas since the last rebuild, which the tail shows.
+    brief = "\n".join(item.text for layer in layers for item in layer.items if item.kind in _BRIEF_KINDS)
     return [c for c in constraints if c not in brief]

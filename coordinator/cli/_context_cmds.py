@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from agents.context import Tokenizer
+from agents.context import PRICE_PRESETS, Tokenizer
 from agents.runtime import ReplayReport, inspect_store, replay_transcript
 from coordinator.cli._app import command_set
 from coordinator.cli._common import (
@@ -61,7 +61,8 @@ def replay(
         print_json([r.as_dict() for r in reports])
         return
     table = Table(title=f"replay at a {budget:,}-token window", show_edge=False)
-    for column in ("session", "messages", "mean prompt", "mean full history", "saved", "highest band", "trims"):
+    columns = ("session", "messages", "mean prompt", "mean full history", "saved", "cached", "cost vs full")
+    for column in (*columns, "highest band", "trims"):
         table.add_column(column, justify="left" if column in ("session", "highest band", "trims") else "right")
     for r in reports:
         trims = ", ".join(f"{n} {what}" for what, n in r.trims.most_common(3)) or "none"
@@ -71,10 +72,17 @@ def replay(
             f"{r.mean_prompt:,.0f}",
             f"{r.mean_history:,.0f}",
             f"{r.saving:.0%}",
+            f"{r.cache.cached_share:.0%}" if r.cache else "-",
+            " / ".join(f"{r.cost(preset):.2f}x" for preset in PRICE_PRESETS),
             r.highest_band,
             trims,
         )
     console.print(table)
+    presets = "; ".join(f"{name} (write {p.write}x, read {p.read}x)" for name, p in PRICE_PRESETS.items())
+    console.print(
+        f"[dim]cached: prompt tokens a provider's cache serves (the prefix repeated from the call before); "
+        f"cost vs full: input cost against sending the full history every call, with caching, under {presets}[/]"
+    )
 
 
 @commands.command()

@@ -43,6 +43,11 @@ def test_replay_reports_savings(tmp_path: Path) -> None:
         assert report["mean_prompt_tokens"] <= 8000
         assert report["mean_prompt_tokens"] < report["mean_history_tokens"]
         assert 0 < report["saving"] < 1
+        cache = report["cache"]
+        assert 0 < cache["cached_share"] <= 1 and 0 < cache["full_history_cached_share"] <= 1
+        assert set(cache["cost_vs_full_history"]) == {"anthropic", "openai"}
+        assert cache["price_presets"]["anthropic"] == {"write": 1.25, "read": 0.1}
+        assert all(0 < ratio for ratio in cache["cost_vs_full_history"].values())
     assert reports[1]["trims"], "a real session at 8k must trim something"
 
 

@@ -32,8 +32,9 @@ from tests.runtime._agents import Agents
 
 WIDE = ContextConfig(window=400_000, archive_threshold=400_000)
 """Tool outputs larger than the protection floor: the newest three calls make the window."""
-SMALL = ContextConfig(window=6000, reserve_system=500, reserve_output=500)
-"""Small enough that a dozen tool results push the oldest ones out of the tail."""
+SMALL = ContextConfig(window=6000, reserve_system=500, reserve_output=500, low_water=0.9)
+"""Small enough that a dozen tool results push the oldest ones out of the tail; a rebuild
+evicts down to 90 % only, so results outside the protected window stay in it."""
 ROOMY = ContextConfig(window=20_000)
 """Room for every result, with a protection window of only the newest few."""
 

@@ -52,3 +52,19 @@ def test_the_lead_states_three_constraints_the_others_one_and_all_the_cache_get_
     assert user_constraints(0, 75) == (*CONSTRAINTS, CACHE_GET_RULE)
     assert user_constraints(1, 75) == user_constraints(4, 75) == (VENDOR_RULE, CACHE_GET_RULE)
     assert user_constraints(1, 1) == (VENDOR_RULE,)
+
+
+def test_a_constraint_the_brief_gained_since_the_last_rebuild_is_in_its_delta(tmp_path: Path) -> None:
+    earlier = "\n".join(BRIEF.splitlines()[:-1])  # the brief before the last constraint was committed
+    with LocalContext(tmp_path / "a.db", DOMAIN, config=SWARM_CONTEXT) as context:
+        context.add("user", f"Goal: fix the cache. {VENDOR_RULE}.")
+        context.compose("", brief=earlier)
+        context.add("assistant", "on it")
+        composition = context.compose("", brief=BRIEF)
+    assert composition.report.rebuild is None, "the head kept the earlier brief"
+    assert missing_from_brief(composition.layers, CONSTRAINTS) == []
+    head_only = [
+        type(layer)(layer.name, layer.budget, layer.tokens, tuple(i for i in layer.items if i.kind == "brief"))
+        for layer in composition.layers
+    ]
+    assert missing_from_brief(head_only, CONSTRAINTS) == [CONSTRAINTS[-1]]
