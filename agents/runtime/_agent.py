@@ -34,6 +34,7 @@ from agents.context import (
 )
 from agents.nudges import (
     REDUCE_TOOL_NAME,
+    Band,
     Channel1,
     Channel2,
     Channel2Lease,
@@ -191,6 +192,9 @@ class Agent:
             self._beacon = PresenceBeacon(client, config.domain, self.id, self.presence, interval=config.heartbeat)
             self._band = "quiet"
             self._measure: TailMeasure | None = None
+            self._drop_now = False
+            """Whether ctx_reduce queued drops with the tail at urgent or past it: the next
+            compose then shows them dropped at once, rather than at the next rebuild."""
             self._reduces_unrecorded = 0
             """ctx_reduce calls that queued drops and whose result is not recorded yet."""
             self._running: anyio.CancelScope | None = None
@@ -367,8 +371,12 @@ class Agent:
         return self._measure_tail()[0]
 
     def _measure_tail(self, items: Sequence[TailItem] | None = None) -> tuple[TailMeasure, list[TailTag]]:
-        parts, tags = self._adapter.convert(self.context.tail() if items is None else items)
-        measure = self._walker.measure(parts, tags, queued=frozenset(self._queued))
+        items = self.context.tail() if items is None else items
+        parts, tags = self._adapter.convert(items)
+        # Dropped, but shown as they were until the context's next rebuild: they leave U as
+        # the drops ctx_reduce queued here do.
+        shown_until_rebuild = {item.tag for item in items if item.queued}
+        measure = self._walker.measure(parts, tags, queued=frozenset(self._queued | shown_until_rebuild))
         self._measure = measure
         self._band = str(measure.band)
         return measure, tags
@@ -394,6 +402,7 @@ class Agent:
         )
         if plan.queued:
             self._queued.update(plan.queued)
+            self._drop_now |= measure.band in (Band.URGENT, Band.CHANNEL2)
             # Kept with the grace period it starts, so a restart resumes both together.
             save_queued_drops(self.context, self._queued)
             self.channel1.after_reduce(self.measure())
@@ -406,8 +415,12 @@ class Agent:
         with span("ctxbus.compose", {GEN_AI.AGENT_ID: self.id, "ctxbus.domain": str(self.domain)}) as current:
             dropped = bool(self._queued)
             if dropped:
-                apply_queued_drops(self.context, self._queued)
+                # magic-context's rule: below urgent, a drop waits for the next rebuild (the
+                # high-water mark or the cache's lifetime), so the cached prefix is kept;
+                # from urgent on, it is shown dropped at once.
+                apply_queued_drops(self.context, self._queued, keep_prefix=not self._drop_now)
                 self._queued.clear()
+                self._drop_now = False
             composition = self.context.compose(user_input, brief=self._brief_text())
             self._last_prompt_tokens = composition.report.total
             if dropped:

@@ -105,9 +105,13 @@ def save_queued_drops(context: LocalContext, tags: Iterable[int]) -> None:
     context.set_state(QUEUED_DROPS_KEY, json.dumps(sorted(tags)))
 
 
-def apply_queued_drops(context: LocalContext, tags: Iterable[int]) -> None:
-    """Drop `tags` and forget them as queued: the first step of every compose."""
-    context.drop(sorted(tags))
+def apply_queued_drops(context: LocalContext, tags: Iterable[int], *, keep_prefix: bool = False) -> None:
+    """Drop `tags` and forget them as ctx_reduce's: the first step of every compose.
+
+    With `keep_prefix`, the context shows them as they were until its next rebuild (the
+    provider's cached prefix survives); without, from this compose on.
+    """
+    context.drop(sorted(tags), queue=keep_prefix)
     save_queued_drops(context, ())
 
 

@@ -96,11 +96,19 @@ async def test_a_reminder_reaches_the_model_and_its_ctx_reduce_takes_effect(
     prompts = lead["prompts"]
     assert any(m["reminder"] for prompt in prompts for m in prompt if m["role"] == "tool")
     assert lead["reduces"], "the model was never shown a reminder naming tags"
+    took_effect = []
     for index, dropped in lead["reduces"]:
         before = {m["tag"]: m["tokens"] for m in prompts[index] if m["tag"] in dropped}
         assert any(tokens > 500 for tokens in before.values()), before  # whole logs were shown
-        after = {m["tag"]: m["tokens"] for m in prompts[index + 1] if m["tag"] in dropped}
-        assert all(after.get(tag, 0) < 60 for tag in dropped), (before, after)
+        # Below urgent a drop waits for the context's next rebuild, so the cached prefix
+        # is kept: until then the messages are shown as they were, then as placeholders.
+        for prompt in prompts[index + 1 :]:
+            after = {m["tag"]: m["tokens"] for m in prompt if m["tag"] in dropped}
+            if all(after.get(tag, 0) < 60 for tag in dropped):
+                took_effect.append(index)
+                break
+            assert after == before, (before, after)
+    assert took_effect and took_effect[0] == lead["reduces"][0][0], "the first ctx_reduce never took effect"
 
 
 async def test_a_rejected_option_cannot_be_adopted_by_the_other_agent(framework: str, ran: dict[str, Any]) -> None:

@@ -44,6 +44,10 @@ async def _grep(agent: Agent, i: int) -> tuple[int, ToolOutcome]:
     return tag, await agent.tool_result("grep", _output(i), call_id=f"g{i}")
 
 
+def _text(messages: list[dict[str, object]]) -> str:
+    return "\n".join(str(m.get("content")) for m in messages)
+
+
 def _tool_message(messages: list[dict[str, object]], call_id: str) -> str:
     (content,) = [m["content"] for m in messages if m["role"] == "tool" and m["tool_call_id"] == call_id]
     assert isinstance(content, str)
@@ -149,3 +153,48 @@ def test_bands_on_a_small_window_reach_gentle_and_beyond_on_a_tool_heavy_session
 @pytest.fixture(scope="module")
 def tokenizer() -> Tokenizer:
     return Tokenizer.load()
+
+
+async def test_below_urgent_a_ctx_reduce_keeps_the_prompt_append_only_until_the_next_rebuild(
+    nats_client: NatsClient, agents: Agents, tmp_path: Path
+) -> None:
+    """magic-context's rule: the drops of a ctx_reduce made below urgent are shown at the
+    context's next rebuild, so the prompts before it only append (the provider's cached
+    prefix is kept); they leave U at once all the same."""
+    agent = _agent(agents, nats_client, tmp_path)
+    agent.user("Fix the failing handler tests.")
+    for i in range(8):  # a tail still quiet, whose oldest results the agent releases itself
+        agent.compose()
+        _, outcome = await _grep(agent, i)
+    i += 1
+    assert outcome.measure.band is Band.QUIET, outcome.measure.band
+    released = [
+        item.tag
+        for item in agent.context.tail()
+        if item.kind == "tool_result" and item.tag not in outcome.measure.protected
+    ][:3]
+    spec = ",".join(map(str, released))
+    plan = agent.ctx_reduce(spec)
+    assert plan.queued
+    u_before = outcome.measure.u
+    agent.assistant("", tool_calls=[{"id": "r1", "name": REDUCE_TOOL_NAME, "arguments": json.dumps({"drop": spec})}])
+    await agent.tool_result(REDUCE_TOOL_NAME, plan.summary(), call_id="r1")
+    previous = agent.compose().to_openai()
+    assert agent.measure().u < u_before, "the queued drops left U at once"
+    shown_whole = [t for t in plan.queued if f"§{t}§ src/" in _text(previous)]
+    assert shown_whole, "the dropped outputs are still shown as they were"
+    rebuilt = False
+    for _ in range(40):
+        _, after = await _grep(agent, i)
+        i += 1
+        composition = agent.compose()
+        prompt = composition.to_openai()
+        if composition.report.rebuild:
+            rebuilt = True
+            break
+        assert prompt[: len(previous)] == previous, "a compose between rebuilds only appends"
+        previous = prompt
+    assert rebuilt, "no rebuild came, however much the tail grew"
+    assert not [t for t in shown_whole if f"§{t}§ src/" in _text(prompt)], (
+        "shown dropped after the rebuild"
+    )  # dropped, or evicted
