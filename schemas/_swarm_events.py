@@ -144,6 +144,13 @@ class AgentResult(_Model):
     """The lead's constraints that the brief block of the final prompt lacks (should be none)."""
     revision: int
     hash: str
+    cached_share: float | None = None
+    """Share of the prompts' tokens a provider's cache would serve (each prompt against
+    the one before); None where the agent did not measure it."""
+    cost: dict[str, float] = {}
+    """The prompts' input cost under each price preset, in base-price tokens."""
+    full_cost: dict[str, float] = {}
+    """Likewise for sending the whole history at every call, cached the same way."""
 
 
 class ReportRequest(_Model):

@@ -10,7 +10,7 @@ docs/ARCHITECTURE.md section 3.
 
 from agents.context._archive import SearchHit
 from agents.context._config import ContextConfig, LayerBudgets
-from agents.context._cost import PRICE_PRESETS, CacheMeter, PricePreset
+from agents.context._cost import PRICE_PRESETS, CacheMeter, PricePreset, PromptCache
 from agents.context._engine import LocalContext
 from agents.context._errors import (
     ContextClosed,
@@ -53,6 +53,7 @@ __all__ = [
     "LocalContext",
     "ModeDescriptor",
     "PRICE_PRESETS",
+    "PromptCache",
     "PricePreset",
     "SearchHit",
     "StoreError",

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-__all__ = ["PRICE_PRESETS", "CacheMeter", "PricePreset"]
+__all__ = ["PRICE_PRESETS", "CacheMeter", "PricePreset", "PromptCache"]
 
 
 class PricePreset(NamedTuple):
@@ -95,3 +95,40 @@ class CacheMeter:
         price = PRICE_PRESETS[preset] if isinstance(preset, str) else preset
         uncached = self.prompt_tokens - self.cached_tokens
         return uncached * price.write + self.cached_tokens * price.read
+
+
+@dataclass
+class PromptCache:
+    """What an agent's prompts cost with a provider's cache, against what sending its
+    whole history each call would cost (the history only grows, so each call's cached
+    prefix is the whole previous history).
+
+    Feed it every prompt with `observe`, and the history's size then.
+    """
+
+    meter: CacheMeter
+    full_prompt_tokens: int = 0
+    full_cached_tokens: int = 0
+    _last_history: int = 0
+
+    def observe(self, messages: Sequence[Mapping[str, Any]], history_tokens: int) -> None:
+        """Count one call's prompt (`Composition.to_openai()`), with the tokens of the
+        whole history at that call."""
+        self.meter.call(messages)
+        self.full_prompt_tokens += history_tokens
+        self.full_cached_tokens += min(self._last_history, history_tokens) if self.meter.calls > 1 else 0
+        self._last_history = history_tokens
+
+    @property
+    def cached_share(self) -> float:
+        return self.meter.cached_share
+
+    def cost(self, preset: str | PricePreset) -> float:
+        """The prompts' input cost, in base-price tokens."""
+        return self.meter.cost(preset)
+
+    def full_cost(self, preset: str | PricePreset) -> float:
+        """What the whole history each call would have cost, in base-price tokens."""
+        price = PRICE_PRESETS[preset] if isinstance(preset, str) else preset
+        uncached = self.full_prompt_tokens - self.full_cached_tokens
+        return uncached * price.write + self.full_cached_tokens * price.read

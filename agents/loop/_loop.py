@@ -188,6 +188,8 @@ class AgentLoop:
             current.set_attribute(GEN_AI.INPUT_TOKENS, usage.prompt_tokens)
             current.set_attribute(GEN_AI.OUTPUT_TOKENS, usage.completion_tokens)
             current.set_attribute(GEN_AI.CACHE_READ_TOKENS, usage.cached_tokens)
+        if usage.prompt_tokens:
+            agent.reported_cached_share = min(1.0, usage.cached_tokens / usage.prompt_tokens)
             current.set_attribute("ctxbus.prompt_tokens", composition.report.total)
         message = completion.choices[0].message
         calls = [

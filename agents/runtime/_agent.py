@@ -24,9 +24,11 @@ from anyio.abc import TaskStatus
 from agents.brief import DEFAULT_HEARTBEAT, DEFAULT_PROPOSE_DEADLINE, BriefReplica, PresenceBeacon, Proposer
 from agents.context import (
     AgentStore,
+    CacheMeter,
     Composition,
     ContextConfig,
     LocalContext,
+    PromptCache,
     SearchHit,
     StoreError,
     TailItem,
@@ -61,7 +63,7 @@ from agents.runtime._saved import (
 )
 from agents.runtime._tail import FINAL_KINDS, TailAdapter
 from bus import GEN_AI, BusError, Leases, NatsClient, PidLock, Verifier, span
-from schemas import BriefOp, Domain, Presence, Reply, TaskBrief, ToolCall, UsageError, first_ctxbus_error
+from schemas import BriefOp, CtxbusError, Domain, Presence, Reply, TaskBrief, ToolCall, UsageError, first_ctxbus_error
 
 __all__ = ["Agent", "AgentConfig", "AgentState", "HostFactory"]
 
@@ -193,6 +195,17 @@ class Agent:
             self._band = "quiet"
             self._measure: TailMeasure | None = None
             self._drop_now = False
+            self.prompt_cache: PromptCache | None = None
+            """Set it (`measure_prompt_cache`) to count every compose's prompt against a
+            provider's cache and against the whole history: off by default, as it costs
+            each compose a pass over its messages."""
+            self.reported_cached_share: float | None = None
+            """Share of the last prompt the model's endpoint said its cache served (the agent
+            loop sets it from the API's usage); shown in presence before `prompt_cache`'s
+            estimate."""
+            self._history_tokens = 0
+            self._history_counted = 1
+            """Tags below this are in `_history_tokens`."""
             """Whether ctx_reduce queued drops with the tail at urgent or past it: the next
             compose then shows them dropped at once, rather than at the next rebuild."""
             self._reduces_unrecorded = 0
@@ -425,9 +438,35 @@ class Agent:
             self._last_prompt_tokens = composition.report.total
             if dropped:
                 self._measure_tail()  # the heartbeat and ctx_status show the tail as it is now
+            if self.prompt_cache is not None:
+                self.prompt_cache.observe(composition.to_openai(), self._history())
             current.set_attribute("ctxbus.prompt_tokens", composition.report.total)
             current.set_attribute("ctxbus.band", self._band)
         return composition
+
+    def measure_prompt_cache(self) -> PromptCache:
+        """Count every compose from now on against a provider's prompt cache and against
+        sending the whole history (`PromptCache`); returns the meter."""
+        if self.prompt_cache is None:
+            counts: dict[str, int] = {}
+            tokenizer = self.context.tokenizer
+
+            def count(text: str) -> int:
+                n = counts.get(text)
+                if n is None:
+                    n = counts[text] = tokenizer.count(text)
+                return n
+
+            self.prompt_cache = PromptCache(CacheMeter(count))
+        return self.prompt_cache
+
+    def _history(self) -> int:
+        """Tokens of everything recorded so far, counted once per message."""
+        for tag in range(self._history_counted, self.context.next_tag):
+            with contextlib.suppress(CtxbusError):  # a tag that names no message
+                self._history_tokens += self.context.message(tag).tokens
+        self._history_counted = self.context.next_tag
+        return self._history_tokens
 
     def search(self, query: str, limit: int = 5) -> list[SearchHit]:
         """The `ctx_search` tool."""
@@ -479,7 +518,14 @@ class Agent:
             prompt_tokens=self._last_prompt_tokens,
             brief_revision=revision,
             lag=self.replica.state.behind if self.replica.joined else 0,
+            cached_share=self._cached_share(),
         )
+
+    def _cached_share(self) -> float | None:
+        if self.reported_cached_share is not None:
+            return self.reported_cached_share
+        meter = self.prompt_cache.meter if self.prompt_cache is not None else None
+        return round(meter.cached_share, 4) if meter is not None and meter.calls else None
 
     def status(self) -> dict[str, object]:
         """What `ctx_status` reports: band, U/T, prompt size, brief revision."""

@@ -10,11 +10,11 @@ import logging
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import anyio
 
-from agents.context import ContextConfig
+from agents.context import PRICE_PRESETS, ContextConfig, PromptCache
 from agents.nudges import Channel2Lease, Channel2LeaseConfig, DirectiveState
 from agents.runtime import Agent, AgentConfig
 from agents.swarm._scenario import agent_name
@@ -140,4 +140,16 @@ async def agent_result(
         missing_from_brief=list(missing_from_brief),
         revision=agent.replica.revision,
         hash=agent.replica.hash,
+        **_cache_figures(agent.prompt_cache),
     )
+
+
+def _cache_figures(cache: PromptCache | None) -> dict[str, Any]:
+    """What the agent's prompts cost with a provider's cache, and the whole history's."""
+    if cache is None or not cache.meter.calls:
+        return {}
+    return {
+        "cached_share": round(cache.cached_share, 4),
+        "cost": {name: round(cache.cost(name)) for name in PRICE_PRESETS},
+        "full_cost": {name: round(cache.full_cost(name)) for name in PRICE_PRESETS},
+    }

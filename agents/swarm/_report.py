@@ -67,6 +67,13 @@ class AgentReport(BaseModel):
     model_completion_tokens: int = 0
     stopped: str | None = None
     """Why the agent's loop stopped (`swarm run`): final_answer, max_turns, task_done."""
+    cached_share: float | None = None
+    """Share of its prompts' tokens a provider's cache would serve (each against the one before)."""
+    cost: dict[str, float] = {}
+    """Its prompts' input cost under each price preset (`agents.context.PRICE_PRESETS`),
+    in base-price tokens."""
+    full_cost: dict[str, float] = {}
+    """Likewise for sending its whole history at every call."""
 
 
 class LogState(BaseModel):
@@ -193,6 +200,9 @@ class SwarmReport(BaseModel):
                     model_cached_tokens=tally.model_cached_tokens,
                     model_completion_tokens=tally.model_completion_tokens,
                     stopped=tally.stopped,
+                    cached_share=r.cached_share,
+                    cost=r.cost,
+                    full_cost=r.full_cost,
                 )
             )
             refusals += [SwarmRefusal(agent=r.agent, **f.model_dump()) for f in tally.refusals]

@@ -71,6 +71,7 @@ async def _run(args: argparse.Namespace) -> int:
     client, config = await connect_agent(args, context, claim_ttl=CLAIM_TTL)
     try:
         async with Agent.open(client, config) as agent:
+            agent.measure_prompt_cache()  # the report's cached share and cost against the full history
             return await _play(agent, args, Leases(client))
     finally:
         await close_quietly(client)

@@ -59,6 +59,7 @@ def _parser() -> argparse.ArgumentParser:
 async def _run(args: argparse.Namespace) -> int:
     client, config = await connect_agent(args, SWARM_CONTEXT, claim_ttl=CLAIM_TTL)
     agent = Agent(client, config)
+    agent.measure_prompt_cache()  # the report's cached share and cost against the full history
     saved_revision = agent.status()["brief_revision"]  # resumed from the store, before the bus
     try:
         async with anyio.create_task_group() as tg:

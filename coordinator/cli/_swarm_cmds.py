@@ -521,6 +521,7 @@ def _print_report(report: SwarmReport) -> None:
         same = "NOT the same everywhere"
     console.print(f"brief: rev {report.log_revision}, hash {report.log_hash[:12]}, {same}")
     only = f" (on the {reported} of {everyone} that reported)" if report.unreported else ""
+    _print_cache_cost(report)
     if not scripted:
         _print_model_totals(report)
     if scripted and report.agents and not any(a.missing_constraints for a in report.agents):
@@ -540,6 +541,21 @@ def _print_report(report: SwarmReport) -> None:
         console.print("[bold green]all invariants hold[/]")
     for failure in report.failures:
         console.print(f"[bold red]FAILED:[/] {escape(failure)}")
+
+
+def _print_cache_cost(report: SwarmReport) -> None:
+    """What the agents' prompts cost with a provider's prompt cache, against sending each
+    agent's whole history at every call (cached the same way), all agents together."""
+    measured = [a for a in report.agents if a.cost and a.full_cost]
+    if not measured:
+        return
+    shares = ", ".join(f"{a.agent} {a.cached_share:.0%}" for a in measured if a.cached_share is not None)
+    ratios = []
+    for preset in sorted(measured[0].cost):
+        ours = sum(a.cost.get(preset, 0.0) for a in measured)
+        full = sum(a.full_cost.get(preset, 0.0) for a in measured)
+        ratios.append(f"{preset} {ours / max(full, 1):.2f}x")
+    console.print(f"prompt cache: cached share {shares}; input cost against the whole history: {', '.join(ratios)}")
 
 
 def _print_model_totals(report: SwarmReport) -> None:

@@ -59,6 +59,13 @@ def test_demo_report_holds_every_invariant(tmp_path: Path) -> None:
     assert {a["revision"] for a in agents.values()} == {report["log_revision"]}
     assert report["errors_logged"] == []
 
+    # The prompt cache: each agent's prompts measured against a provider's cache, and
+    # cheaper than sending its whole history at every call, cached the same way.
+    for a in agents.values():
+        assert 0 < a["cached_share"] <= 1, a["cached_share"]
+        assert set(a["cost"]) == set(a["full_cost"]) == {"anthropic", "openai"}
+        assert 0 < a["cost"]["anthropic"] < a["full_cost"]["anthropic"], (a["cost"], a["full_cost"])
+
     # Channel 2: reached, and exactly one message per delivered cycle.
     assert any("channel2" in a["bands"] for a in agents.values())
     for a in agents.values():

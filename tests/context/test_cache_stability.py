@@ -351,3 +351,17 @@ def test_a_rebuild_for_another_reason_applies_the_queued_drops(tokenizer: Tokeni
         assert [i.queued for i in ctx.tail() if i.tag == tag] == [False]
     finally:
         ctx.close()
+
+
+def test_a_prompt_cache_meter_prices_the_whole_history_as_growing_by_appends() -> None:
+    """The whole history each call: every call's prefix is the previous call's history."""
+    from agents.context import PromptCache
+
+    cache = PromptCache(CacheMeter(len))
+    first = [{"role": "system", "content": "s" * 96}, {"role": "user", "content": "u" * 96}]
+    cache.observe(first, history_tokens=200)
+    cache.observe([*first, {"role": "assistant", "content": "a" * 96}], history_tokens=300)
+    assert (cache.full_prompt_tokens, cache.full_cached_tokens) == (500, 200)
+    assert cache.full_cost("anthropic") == 300 * 1.25 + 200 * 0.1
+    assert cache.meter.cached_tokens == 200 and cache.cached_share == 200 / 500
+    assert cache.cost("openai") == 300 * 1.0 + 200 * 0.5
