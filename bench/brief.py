@@ -16,13 +16,11 @@ Targets: commit median <= 2.5x publish+ack; propagation median <= 1.5x fan-out;
 >= 2,000 commits/s per domain.
 
 With `--signed`, everything is as with `ctxbus auth`'s keys: coordinators sign every log
-entry and every answer with their tenant's key, proposers check the answers and agents
-the entries (the server itself checks no one here, so the figures are signing's cost
-alone).
+entry with their tenant's key and agents check the entries (the server itself checks no
+one here, so the figures are signing's cost alone).
 
 Signing's cost is also measured in every run, alternating: two servers, one with a
-coordinator that signs (and a proposer that checks its answers), one with a coordinator
-that does not; proposals go to one and then the other, op by op (the order switching
+coordinator that signs its log entries, one with a coordinator that does not; proposals go to one and then the other, op by op (the order switching
 each round), so the drift of a shared machine hits both alike. Signing stays if it adds
 under 10 % to the commit median.
 """
@@ -259,14 +257,14 @@ async def _commit_floor(client: NatsClient, url: str, raw: _RawPublisher, ops: i
     return requested, published
 
 
-async def _throughput(client: NatsClient, seconds: float, verifier: Verifier | None, proposers: int = 32) -> float:
+async def _throughput(client: NatsClient, seconds: float, proposers: int = 32) -> float:
     """Commits per second on one domain, with `proposers` proposing at once."""
     busy = _domain()
     committed = 0
 
     async def hammer(agent: str) -> None:
         nonlocal committed
-        worker = _Worker(Proposer(client, busy, agent_id=agent, verifier=verifier))
+        worker = _Worker(Proposer(client, busy, agent_id=agent))
         while True:
             await worker.step()
             committed += 1
@@ -308,8 +306,7 @@ async def _signing_cost(ops: int, keys: _Keys) -> tuple[list[float], list[float]
                 clients.append(client)
                 await BriefLog(client).ensure()
                 coordinators.append(_start_coordinator(server.url, 0, signing))
-                verifier = None if signing is None else signing.verifier
-                workers.append(_Worker(Proposer(client, _domain(), agent_id="bench", verifier=verifier)))
+                workers.append(_Worker(Proposer(client, _domain(), agent_id="bench")))
             for worker in workers:  # warm up: the first commits of a domain set it up
                 for _ in range(20):
                     await worker.step()
@@ -335,15 +332,14 @@ async def run(ops: int, seconds: float, agents: int, signed: bool) -> None:
         plain, signed_times = await _signing_cost(ops, keys)
     print("\nsigning's cost (alternating op by op, one coordinator each)")
     plain_med, _ = summary("propose -> committed, unsigned", plain)
-    signed_med, _ = summary("propose -> committed, signed+checked", signed_times)
+    signed_med, _ = summary("propose -> committed, entries signed", signed_times)
     ratio("signed / unsigned commit", signed_med, plain_med, 1.10)
 
 
 async def _run(ops: int, seconds: float, agents: int, keys: _Keys | None) -> None:
-    verifier = None if keys is None else keys.verifier
     async with EmbeddedServer() as server:
         url = server.url
-        signed = "; every entry and answer signed and checked" if keys else ""
+        signed = "; every entry signed and checked" if keys else ""
         print(f"nats-server at {url} (sync_interval: {server.sync_interval}); {ops} ops per latency figure{signed}")
         client = await connect(BusConfig(servers=[url]))
         await BriefLog(client).ensure()
@@ -352,11 +348,11 @@ async def _run(ops: int, seconds: float, agents: int, keys: _Keys | None) -> Non
         raw_fan, raw_stored, propagation = await _propagation(client, url, ops, agents, keys)
 
         coordinators = [_start_coordinator(url, 0, keys)]
-        one, raw_one = await _latency(Proposer(client, _domain(), agent_id="bench", verifier=verifier), raw, ops)
+        one, raw_one = await _latency(Proposer(client, _domain(), agent_id="bench"), raw, ops)
         coordinators.append(_start_coordinator(url, 1, keys))
-        two, raw_two = await _latency(Proposer(client, _domain(), agent_id="bench", verifier=verifier), raw, ops)
+        two, raw_two = await _latency(Proposer(client, _domain(), agent_id="bench"), raw, ops)
         requested, raw_floor = await _commit_floor(client, url, raw, ops)
-        rate = await _throughput(client, seconds, verifier)
+        rate = await _throughput(client, seconds)
         await client.close()
         for proc in coordinators:
             proc.terminate()

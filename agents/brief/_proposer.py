@@ -19,7 +19,7 @@ from typing import Final
 
 from pydantic import ValidationError
 
-from bus import GEN_AI, BusUnavailable, NatsClient, Retry, Unsigned, Verb, Verifier, request, routed, span, subject
+from bus import GEN_AI, BusUnavailable, NatsClient, Retry, Verb, request, routed, span, subject
 from schemas import (
     PROPOSAL_TTL_MAX,
     BriefOp,
@@ -51,15 +51,13 @@ _ATTEMPT_TIMEOUT: Final = 2.0
 class Proposer:
     """Sends one agent's proposals for one domain (a `Domain`, or `'user/session/task'`)."""
 
-    def __init__(
-        self, client: NatsClient, domain: Domain | str, *, agent_id: str, verifier: Verifier | None = None
-    ) -> None:
-        """:param verifier: believe only answers signed by a key it trusts (the tenant's
-        coordinators'); any other is taken for a lost answer and the proposal asked again."""
+    def __init__(self, client: NatsClient, domain: Domain | str, *, agent_id: str) -> None:
+        """Answers are believed as they come: on a server with auth only coordinators may
+        answer anyone (`docs/operations.md`, "Replies"); the log entries they commit are
+        signed, and checked by every replica."""
         self.domain = Domain.of(domain)
         self.agent_id = agent_id
         self._client = client
-        self._verifier = verifier
         self._subject = subject(self.domain, Verb.PROPOSE)
         self._direct: str | None = None
         """The coordinator that answered last, asked first: where coordinators share a
@@ -127,13 +125,7 @@ class Proposer:
                     direct or self._subject,
                     data,
                     timeout=min(attempt_timeout, left),
-                    verifier=self._verifier,
                 )
-            except Unsigned as exc:  # forged, or another tenant's: as good as lost
-                log.warning("unsigned answer to proposal %s (%s); asking the group again", proposal.key, exc)
-                self._direct = None
-                await retry.pause()
-                continue
             except BusUnavailable as exc:
                 if direct is not None:
                     log.debug("coordinator at %s gone (%s); asking the group", direct, exc)

@@ -190,7 +190,7 @@ class Agent:
             save_config(self.context, config.context)
             verifier = Verifier(config.trusted_signers) if config.trusted_signers else None
             self.replica = BriefReplica(client, config.domain, resume_from=load_brief(self.context), verifier=verifier)
-            self._proposer = Proposer(client, config.domain, agent_id=self.id, verifier=verifier)
+            self._proposer = Proposer(client, config.domain, agent_id=self.id)
             self._beacon = PresenceBeacon(client, config.domain, self.id, self.presence, interval=config.heartbeat)
             self._band = "quiet"
             self._measure: TailMeasure | None = None

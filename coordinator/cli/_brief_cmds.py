@@ -140,7 +140,7 @@ async def _propose(urls: str, domain: Domain, agent: str, op: BriefOp, given_key
     bus = bus_config(urls)
     client = await connect(bus)
     try:
-        proposer = Proposer(client, domain, agent_id=agent, verifier=verifier_of(bus))
+        proposer = Proposer(client, domain, agent_id=agent)
         reply = await proposer.propose(op, key=key, deadline=_PROPOSE_DEADLINE)
     except ProposalUnanswered as exc:
         raise ProposalUnanswered(

@@ -226,7 +226,7 @@ async def _following(
     """a1's replica of acme's brief, running, and its proposer, with one note committed."""
     replica = BriefReplica(a1, ACME, verifier=verifier)
     await tg.start(replica.run)
-    honest = Proposer(a1, ACME, agent_id="a1", verifier=verifier)
+    honest = Proposer(a1, ACME, agent_id="a1")
     assert await honest.propose(AddNote(text="before"), deadline=10) == Committed(revision=1)
     await replica.wait_for(1, timeout=10)
     return replica, honest
