@@ -121,8 +121,8 @@ def test_a_fixed_agent_name_keeps_one_store_per_host_session(tmp_path: Path) -> 
     second = ClaudeSession(SESSIONS["bookminder__day-005__s0.jsonl"], tmp_path / "b.jsonl", tmp_path)
     fresh = hook({**second.common("SessionStart"), "source": "startup"}, state, **env)
     assert check_output("SessionStart", fresh).hookSpecificOutput is None
-    stores = sorted(p.name for p in (state / "agents" / "alice" / "s1" / "cache-fix").glob("*.db"))
-    assert stores == [f"claude-1.{first.session_id}.db", "claude-1.db"], stores
+    stores = {p.name for p in (state / "agents" / "alice" / "s1" / "cache-fix").glob("*.db")}
+    assert stores == {f"claude-1.{first.session_id}.db", "claude-1.db"}, stores
 
 
 def test_reminders_come_with_the_tail_and_go_with_a_compaction(tmp_path: Path) -> None:
