@@ -122,10 +122,10 @@ async def test_an_attempt_unanswered_until_past_not_after_is_not_retried(nats_cl
     append's own deadline leaves."""
     subject = f"nowhere.{uuid.uuid4().hex[:12]}"
     silent = await nats_client.subscribe(subject)
-    txlog = TxLog(nats_client, TxLogConfig(stream="NOWHERE", attempt_timeout=0.3, deadline=30))
+    txlog = TxLog(nats_client, TxLogConfig(stream="NOWHERE", attempt_timeout=2.0, deadline=30))
     try:
-        with anyio.fail_after(10), pytest.raises(AppendExpired):
-            await txlog.append(subject, b"late", uuid.uuid4().hex, not_after=time.time() + 0.1)
+        with anyio.fail_after(20), pytest.raises(AppendExpired):
+            await txlog.append(subject, b"late", uuid.uuid4().hex, not_after=time.time() + 0.5)
         await nats_client.flush()
     finally:
         await silent.unsubscribe()
