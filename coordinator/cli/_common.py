@@ -7,7 +7,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import platformdirs
 import typer
@@ -27,6 +27,7 @@ __all__ = [
     "DEFAULT_NATS_URL",
     "NatsOption",
     "DomainOption",
+    "domain_filter",
     "JsonOption",
     "console",
     "errors",
@@ -113,6 +114,14 @@ DomainOption = Annotated[
     ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def domain_filter(help: str) -> Any:
+    """An optional `--domain` (`-d`, `CTXBUS_DOMAIN`), for commands that show one task or
+    every one: use as `Annotated[Domain | None, domain_filter("...")] = None`."""
+    return typer.Option(
+        "--domain", "-d", envvar="CTXBUS_DOMAIN", metavar="USER/SESSION/TASK", parser=parse_domain, help=help
+    )
 
 
 CREDENTIALS_ENV: Final = "CTXBUS_CREDENTIALS"

@@ -25,8 +25,8 @@ from coordinator.cli._common import (
     NatsOption,
     bus_config,
     console,
+    domain_filter,
     errors,
-    parse_domain,
     print_json,
 )
 from coordinator.cli._running import until_signal
@@ -39,17 +39,7 @@ commands = command_set()
 
 @commands.command()
 def status(
-    domain: Annotated[
-        Domain | None,
-        typer.Option(
-            "--domain",
-            "-d",
-            envvar="CTXBUS_DOMAIN",
-            metavar="USER/SESSION/TASK",
-            parser=parse_domain,
-            help="Also list this task's agents.",
-        ),
-    ] = None,
+    domain: Annotated[Domain | None, domain_filter("Also list this task's agents.")] = None,
     nats: NatsOption = DEFAULT_NATS_URL,
     as_json: JsonOption = False,
 ) -> None:

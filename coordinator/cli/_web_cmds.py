@@ -17,7 +17,7 @@ from coordinator.cli._common import (
     bus_config,
     console,
     default_state_dir,
-    parse_domain,
+    domain_filter,
     verifier_of,
 )
 from coordinator.cli._running import until_signal
@@ -33,17 +33,7 @@ DEFAULT_PORT = 8420
 @commands.command()
 def web(
     nats: NatsOption = DEFAULT_NATS_URL,
-    domain: Annotated[
-        Domain | None,
-        typer.Option(
-            "--domain",
-            "-d",
-            envvar="CTXBUS_DOMAIN",
-            metavar="USER/SESSION/TASK",
-            parser=parse_domain,
-            help="Show this task only (every domain seen by default).",
-        ),
-    ] = None,
+    domain: Annotated[Domain | None, domain_filter("Show this task only (every domain seen by default).")] = None,
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on; 0 picks a free one.")] = DEFAULT_PORT,
     host: Annotated[
         str,
