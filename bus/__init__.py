@@ -35,6 +35,7 @@ from bus._pid_lock import PidLock
 from bus._retry import Retry
 from bus._rpc import Handler, Listener, Request, gather, listen, publish, request, serve
 from bus._server import DEFAULT_SYNC_INTERVAL, EmbeddedServer, find_nats_server, free_port
+from bus._streams import may_pass
 from bus._subjects import (
     BRIEF_BUCKET,
     COORDINATORS_BUCKET,
@@ -118,6 +119,7 @@ __all__ = [
     "SUBJECT_ROOT",
     "Request",
     "Retry",
+    "may_pass",
     "ServerError",
     "StreamMissing",
     "TX_STREAM",

@@ -34,8 +34,10 @@ class LoopbackCluster(ProcessGroup):
     Nodes are named `n1`, `n2`, ... (their JetStream server names), each with its own
     data dir `base_dir/nN` and client port, kept across restarts, so a killed node can be
     started again and rejoin. `start()` returns once JetStream has elected a metadata
-    leader, so R3 streams can be created right away; after a node dies, a stream it led
-    has no leader until the others elect one: `wait_for_leader` waits for that.
+    leader, so R3 streams can be created; for a moment more (until the leader has heard
+    from every node), or on a loaded machine, a creation may still fail with an error
+    `may_pass` lets through, which a starting coordinator waits out. After a node dies,
+    a stream it led has no leader until the others elect one: `wait_for_leader` waits.
 
     :param port: the first node's client port; the others take the ports after it. 0
         (the default) gives every node a free port.

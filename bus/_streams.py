@@ -15,15 +15,20 @@ from bus._translate import translating
 __all__ = [
     "DUPLICATE_IN_PROCESS",
     "EXPECTED_LAST_SUBJECT_SEQ",
+    "NO_SUITABLE_PEERS",
     "STREAM_NAME_IN_USE",
     "WRONG_LAST_SEQUENCE",
     "actual_sequence",
     "ensure_stream",
+    "may_pass",
     "read_unavailable",
 ]
 
 STREAM_NAME_IN_USE: Final = 10058
 """err_code of add_stream when the stream exists with another config."""
+NO_SUITABLE_PEERS: Final = 10005
+"""err_code of add_stream when the cluster cannot place the copies: too few nodes, or
+nodes the metadata leader has not heard from yet (a cluster that has just formed)."""
 
 EXPECTED_LAST_SUBJECT_SEQ: Final = "Nats-Expected-Last-Subject-Sequence"
 """Header of a write that must find its subject's last message at this sequence."""
@@ -34,6 +39,15 @@ DUPLICATE_IN_PROCESS: Final = 10158
 clustered stream's earlier attempt, not yet through its replicas): its outcome, not a
 refusal, answers a repeat."""
 _ACTUAL_SEQ = re.compile(r"wrong last sequence:\s*(\d+)")
+
+
+def may_pass(exc: BusError) -> bool:
+    """Whether creating a stream may succeed later, as the bus settles: no answer in
+    time, or a cluster that cannot place the copies yet. Not for a server without
+    JetStream (nobody answers) or a config it refuses."""
+    if isinstance(exc, Refused):
+        return exc.err_code == NO_SUITABLE_PEERS
+    return isinstance(exc, BusUnavailable) and not isinstance(exc, NoResponders)
 
 
 def read_unavailable(action: str, exc: BusError) -> BusError:

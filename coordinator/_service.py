@@ -48,6 +48,7 @@ from bus import (
     domain_of,
     event_loop_name,
     listen,
+    may_pass,
     publish,
     routed,
     serve,
@@ -87,6 +88,8 @@ _GOODBYE_TTL: Final = 60
 """Seconds the heartbeat a coordinator writes on a clean stop is kept."""
 _GOODBYE_TIMEOUT: Final = 2.0
 """Seconds a stopping coordinator waits to say so."""
+_START_PATIENCE: Final = 30.0
+"""Seconds a starting coordinator waits for the bus to accept the log's streams."""
 
 
 class _Forwarded:
@@ -141,7 +144,7 @@ class Coordinator:
         an agent knows nothing of the cluster and creates a missing one with a single copy
         (which this raises, never lowers).
         """
-        await self._log.ensure()
+        await self._create_log()
         async with anyio.create_task_group() as tg:
             self._tg = tg
             await tg.start(partial(listen, self._client, all_domains(Verb.PROPOSE), self._take, queue=PROPOSE_QUEUE))
@@ -154,6 +157,27 @@ class Coordinator:
             tg.start_soon(self._scan_agents)
             log.info("coordinator %s serving proposals (event loop: %s)", self.id, event_loop_name())
             task_status.started()
+
+    async def _create_log(self) -> None:
+        """Create the log's streams, waiting up to `_START_PATIENCE` for a bus that cannot
+        yet: a cluster that has just elected its metadata leader may not have heard from
+        every node, and a loaded one answers late. What waiting cannot mend (no JetStream,
+        a config the server refuses) is raised at once.
+
+        :raises BusError: if the streams cannot be created, or not within the patience.
+        """
+        retry, told = Retry(_START_PATIENCE, max_pause=1.0), False
+        while True:
+            try:
+                await self._log.ensure()
+                return
+            except BusError as exc:
+                if not may_pass(exc) or retry.left() <= 0:
+                    raise
+                if not told:
+                    log.warning("cannot create the brief log yet (%s); trying again for %gs", exc, _START_PATIENCE)
+                    told = True
+                await retry.pause()
 
     async def _ensure_agent_buckets(self) -> None:
         """Create the lease and presence buckets with this coordinator's copies, in the

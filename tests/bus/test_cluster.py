@@ -7,6 +7,7 @@ import os
 import signal
 import uuid
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import anyio
 import nats.errors
@@ -21,6 +22,7 @@ from bus import (
     BusConfig,
     BusError,
     BusUnavailable,
+    EmbeddedServer,
     Leases,
     LoopbackCluster,
     TxLog,
@@ -156,3 +158,31 @@ async def test_waiting_for_the_leader_of_a_stream_that_does_not_exist_says_so(na
         match=r"no running node of .* leads stream NO_SUCH_STREAM after 1s \(stream NO_SUCH_STREAM: stream not found",
     ):
         await nats_cluster.wait_for_leader("NO_SUCH_STREAM", timeout=1)
+
+
+async def test_a_starting_coordinator_waits_for_a_bus_that_answers_late(tmp_path: Path) -> None:
+    """A coordinator started with its cluster (as `ctxbus up --cluster 3` does) may find
+    the cluster still settling (no answer in time, copies it cannot place yet): it waits
+    rather than exiting. Here the server is frozen for longer than one request waits."""
+    with EmbeddedServer(tmp_path) as server:
+        client = await connect(BusConfig(servers=[server.url]))
+        assert (pid := server.pid) is not None
+        try:
+            async with anyio.create_task_group() as tg:
+                os.kill(pid, signal.SIGSTOP)
+                thawed = anyio.Event()
+
+                async def thaw() -> None:
+                    await anyio.sleep(TxLogConfig().attempt_timeout + 1)
+                    os.kill(pid, signal.SIGCONT)
+                    thawed.set()
+
+                tg.start_soon(thaw)
+                with anyio.fail_after(60):
+                    await tg.start(Coordinator(client, CoordinatorConfig(coordinator_id="c-patient")).run)
+                assert thawed.is_set()
+                assert (await client.jetstream().stream_info(TX_STREAM)).config.name == TX_STREAM
+                tg.cancel_scope.cancel()
+        finally:
+            os.kill(pid, signal.SIGCONT)
+            await close_quietly(client)

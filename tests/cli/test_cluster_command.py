@@ -93,7 +93,7 @@ async def test_up_with_a_cluster_commits_with_a_node_killed(tmp_path: Path) -> N
     with _cluster_command("up", tmp_path=tmp_path) as up:
         assert up.cli.readline().startswith("data dir: ")
         line = up.cli.readline()
-        assert line.startswith("coordinator ") and "3 copies" in line, line
+        assert line.startswith("coordinator ") and "3 copies" in line, f"{line!r}; stderr:\n{up.cli.stderr}"
         client = await connect(BusConfig(servers=up.urls.split(",")))
         try:
             assert (await client.jetstream().stream_info(TX_STREAM)).config.num_replicas == 3
