@@ -16,7 +16,7 @@ from nats.aio.msg import Msg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bus import BusConfig, connect, run_async  # noqa: E402
+from ctxbus.bus import BusConfig, connect, run_async  # noqa: E402
 
 
 async def run(url: str, subject: str) -> None:

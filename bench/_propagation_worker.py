@@ -26,8 +26,8 @@ from nats.aio.msg import Msg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bus import BriefLog, BusConfig, Credentials, LogEntry, Verb, Verifier, connect, run_async, subject  # noqa: E402
-from schemas import Domain  # noqa: E402
+from ctxbus.bus import BriefLog, BusConfig, Credentials, LogEntry, Verb, Verifier, connect, run_async, subject  # noqa: E402
+from ctxbus.schemas import Domain  # noqa: E402
 
 RAW_SUBJECT = "rawb.fan"
 STORED_SUBJECT = "rawb.stored"

@@ -47,8 +47,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 from _propagation_worker import RAW_DONE, RAW_SUBJECT, STORED_LIVE, STORED_SUBJECT  # noqa: E402
 from _stats import ratio, summary  # noqa: E402
 
-from agents.brief import Proposer  # noqa: E402
-from bus import (  # noqa: E402
+from ctxbus.agents.brief import Proposer  # noqa: E402
+from ctxbus.bus import (  # noqa: E402
     AuthStore,
     BriefLog,
     BriefState,
@@ -62,7 +62,7 @@ from bus import (  # noqa: E402
     connect,
     run_async,
 )
-from schemas import AddNote, AddPending, BriefOp, Commit, Committed, Complete, Domain, Proposal, apply  # noqa: E402
+from ctxbus.schemas import AddNote, AddPending, BriefOp, Commit, Committed, Complete, Domain, Proposal, apply  # noqa: E402
 
 FANOUT = 8
 """Agent processes of the propagation figures, unless `--agents` says otherwise."""
@@ -284,7 +284,17 @@ def _start_coordinator(url: str, index: int, keys: _Keys | None) -> subprocess.P
     """A coordinator in its own process, as in production; returns once it serves."""
     signing = ["--credentials", str(keys.coordinator)] if keys else []
     proc = subprocess.Popen(
-        [sys.executable, "-m", "coordinator.cli", *signing, "coordinator", "--nats", url, "--id", f"bench-c{index}"],
+        [
+            sys.executable,
+            "-m",
+            "ctxbus.coordinator.cli",
+            *signing,
+            "coordinator",
+            "--nats",
+            url,
+            "--id",
+            f"bench-c{index}",
+        ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

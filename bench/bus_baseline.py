@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _stats import ratio, summary  # noqa: E402
 
-from bus import BusConfig, EmbeddedServer, Leases, TxLog, connect, run_async  # noqa: E402
-from schemas import LeaseRecord  # noqa: E402
+from ctxbus.bus import BusConfig, EmbeddedServer, Leases, TxLog, connect, run_async  # noqa: E402
+from ctxbus.schemas import LeaseRecord  # noqa: E402
 
 
 async def run(ops: int) -> None:

@@ -47,8 +47,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from agents.context import PRICE_PRESETS, CacheMeter, ContextConfig, LocalContext, Tokenizer  # noqa: E402
-from agents.runtime._transcript import Transcript, read_transcript  # noqa: E402
+from ctxbus.agents.context import PRICE_PRESETS, CacheMeter, ContextConfig, LocalContext, Tokenizer  # noqa: E402
+from ctxbus.agents.runtime._transcript import Transcript, read_transcript  # noqa: E402
 
 WINDOWS = (8_000, 16_000, 32_000)
 OVERHEAD = 4

@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT))  # the race and its worker live with the tests
 
 from _stats import ratio, summary  # noqa: E402
 
-from bus import BusConfig, EmbeddedServer, Leases, connect, run_async  # noqa: E402
-from schemas import LeaseRecord  # noqa: E402
+from ctxbus.bus import BusConfig, EmbeddedServer, Leases, connect, run_async  # noqa: E402
+from ctxbus.schemas import LeaseRecord  # noqa: E402
 from tests.nudges._c2_race import CLAIM_TTL, CYCLES, WORKERS, Run, takeover_lags  # noqa: E402
 
 RACE_DEADLINE = 600.0

@@ -39,8 +39,8 @@ import tiktoken
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agents.context import ContextConfig, LocalContext, Tokenizer  # noqa: E402
-from schemas import Domain  # noqa: E402
+from ctxbus.agents.context import ContextConfig, LocalContext, Tokenizer  # noqa: E402
+from ctxbus.schemas import Domain  # noqa: E402
 
 BUDGETS = (8_000, 16_000, 32_000)
 PROBES_FILE = ROOT / "tests" / "context" / "anchor_probes.json"

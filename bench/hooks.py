@@ -55,8 +55,8 @@ def rules_at_compactions() -> None:
     """At each real compaction of the anchor sessions: the rules ctxbus pinned before it,
     how many Claude Code's own summary (recorded in the session) holds verbatim (their
     first 80 characters), and how many the hooks' SessionStart puts back."""
-    from agents.hooks import hook_agent, hook_domain, run_claude_code
-    from agents.runtime import inspect_store
+    from ctxbus.agents.hooks import hook_agent, hook_domain, run_claude_code
+    from ctxbus.agents.runtime import inspect_store
 
     print("rules at the sessions' own compactions (Claude Code's summary, as recorded, against the hooks)")
     print(f"  {'session':<34} {'prompts':>7} {'pinned':>6} {'in summary':>10} {'hooks':>5}")

@@ -38,8 +38,8 @@ from pathlib import Path
 
 from nats.js.api import KeyValueConfig
 
-from agents.context import CLAUDE_SPLIT_PATTERN, Tokenizer
-from agents.nudges import (
+from ctxbus.agents.context import CLAUDE_SPLIT_PATTERN, Tokenizer
+from ctxbus.agents.nudges import (
     Channel2Lease,
     DeliveryOutcome,
     HygieneWalker,
@@ -52,8 +52,8 @@ from agents.nudges import (
     drop_placeholder,
     protected_floor,
 )
-from bus import BusConfig, EmbeddedServer, Leases, connect, run_async
-from schemas import Domain
+from ctxbus.bus import BusConfig, EmbeddedServer, Leases, connect, run_async
+from ctxbus.schemas import Domain
 
 TARGET_TOKENS = 249_000
 WALKS = 41

@@ -10,9 +10,9 @@ from typing import Any, NamedTuple
 import anyio
 from anyio.abc import TaskGroup
 
-from bus import BusConfig, NatsClient, connect
-from coordinator import Coordinator, CoordinatorConfig
-from schemas import Domain
+from ctxbus.bus import BusConfig, NatsClient, connect
+from ctxbus.coordinator import Coordinator, CoordinatorConfig
+from ctxbus.schemas import Domain
 
 
 class Serving(NamedTuple):

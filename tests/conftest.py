@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 from hypothesis import Phase, settings
 
-import bus
+from ctxbus import bus
 
 # Hypothesis's "explain" phase traces every line of every run to say where a failure
 # comes from: on the heavier properties (a context composed many times) it turns a

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[1] / "ctxbus"
 PACKAGES = ("schemas", "bus", "agents", "coordinator")
 
 # Who may import whom (DESIGN section 2). The CLI is the composition root.
@@ -29,10 +29,19 @@ def _imports(path: Path) -> set[str]:
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            found.update(alias.name.split(".")[0] for alias in node.names)
+            found.update(_package(alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module.split(".")[0])
+            if node.module == "ctxbus":  # from ctxbus import bus
+                found.update(alias.name for alias in node.names)
+            else:
+                found.add(_package(node.module))
     return found
+
+
+def _package(module: str) -> str:
+    """The first part of `module`, or for one of ours (`ctxbus.bus._kv`) its package (`bus`)."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "ctxbus" and len(parts) > 1 else parts[0]
 
 
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(ROOT)))
@@ -56,17 +65,17 @@ def test_only_bus_touches_nats(path: Path) -> None:
 @pytest.mark.parametrize(
     "package",
     [
-        "schemas",
-        "bus",
-        "agents.context",
-        "agents.nudges",
-        "agents.brief",
-        "agents.runtime",
-        "agents.mcp",
-        "agents.swarm",
-        "agents.adapters.langchain",
-        "agents.adapters.autogen",
-        "coordinator",
+        "ctxbus.schemas",
+        "ctxbus.bus",
+        "ctxbus.agents.context",
+        "ctxbus.agents.nudges",
+        "ctxbus.agents.brief",
+        "ctxbus.agents.runtime",
+        "ctxbus.agents.mcp",
+        "ctxbus.agents.swarm",
+        "ctxbus.agents.adapters.langchain",
+        "ctxbus.agents.adapters.autogen",
+        "ctxbus.coordinator",
     ],
 )
 def test_public_names_exist_and_are_listed(package: str) -> None:
@@ -82,8 +91,7 @@ def test_public_names_exist_and_are_listed(package: str) -> None:
 
 
 def test_every_error_derives_from_the_root() -> None:
-    import bus
-    import schemas
+    from ctxbus import bus, schemas
 
     for module in (schemas, bus):
         for name in module.__all__:

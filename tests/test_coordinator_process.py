@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bus.testing import ServerFactory
-from coordinator.testing import CoordinatorFailed, CoordinatorProcess
+from ctxbus.bus.testing import ServerFactory
+from ctxbus.coordinator.testing import CoordinatorFailed, CoordinatorProcess
 
 
 def test_a_coordinator_that_cannot_serve_is_reported_with_its_log(

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from bus import find_nats_server, free_port
+from ctxbus.bus import find_nats_server, free_port
 from tests.cli._procs import READ_TIMEOUT, Command
 
 REPO = Path(__file__).resolve().parents[1]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from agents.runtime import Agent
+from ctxbus.agents.runtime import Agent
 
 ASKED: Final = ("Find the flaky test.", "Now fix it.")
 ANSWERED: Final = ("First answer.", "Second answer.")

@@ -21,12 +21,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from agents.context import ContextConfig
-from agents.runtime import Agent, AgentConfig
-from agents.swarm._corpus import tool_output
-from agents.swarm._policy import reminder_drops, spec, tags
-from bus import BusConfig, connect, run_async
-from schemas import Domain
+from ctxbus.agents.context import ContextConfig
+from ctxbus.agents.runtime import Agent, AgentConfig
+from ctxbus.agents.swarm._corpus import tool_output
+from ctxbus.agents.swarm._policy import reminder_drops, spec, tags
+from ctxbus.bus import BusConfig, connect, run_async
+from ctxbus.schemas import Domain
 
 REJECTED: Final = "redis lock"
 REMINDER: Final = "<system-reminder>"
@@ -140,7 +140,7 @@ async def run_langchain(agent: Agent, policy: Policy) -> str:
     from langchain_core.messages import AIMessage, BaseMessage, convert_to_openai_messages
     from langchain_core.tools import StructuredTool
 
-    from agents.adapters.langchain import CtxbusMiddleware
+    from ctxbus.agents.adapters.langchain import CtxbusMiddleware
 
     class ToolCallingFake(GenericFakeChatModel):
         """langchain-core's fake chat model, which has no `bind_tools`: the tools are the
@@ -186,7 +186,7 @@ async def run_autogen(agent: Agent, policy: Policy) -> str:
     from autogen_core.tools import FunctionTool
     from autogen_ext.models.replay import ReplayChatCompletionClient
 
-    from agents.adapters.autogen import CtxbusModelContext, ctxbus_tools
+    from ctxbus.agents.adapters.autogen import CtxbusModelContext, ctxbus_tools
 
     async def read_log(step: int) -> str:
         """Read one source file."""

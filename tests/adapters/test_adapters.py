@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
-from agents.brief import BriefReplica
+from ctxbus.agents.brief import BriefReplica
 from tests._support import fresh_domain, serving_coordinator
 from tests.adapters._worker import REJECTED
 

@@ -9,10 +9,10 @@ from autogen_agentchat.agents import AssistantAgent
 from autogen_core import CancellationToken
 from autogen_ext.models.replay import ReplayChatCompletionClient
 
-from agents.adapters.autogen import CtxbusModelContext
-from agents.context import ContextConfig
-from agents.runtime import Agent, AgentConfig
-from schemas import UsageError
+from ctxbus.agents.adapters.autogen import CtxbusModelContext
+from ctxbus.agents.context import ContextConfig
+from ctxbus.agents.runtime import Agent, AgentConfig
+from ctxbus.schemas import UsageError
 from tests._support import fresh_domain, running_coordinator
 from tests.adapters._conversation import ANSWERED, ASKED, expected, said
 

@@ -11,9 +11,9 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
-from agents.adapters.langchain import CtxbusMiddleware
-from agents.context import ContextConfig
-from agents.runtime import Agent, AgentConfig
+from ctxbus.agents.adapters.langchain import CtxbusMiddleware
+from ctxbus.agents.context import ContextConfig
+from ctxbus.agents.runtime import Agent, AgentConfig
 from tests._support import fresh_domain, running_coordinator
 from tests.adapters._conversation import ANSWERED, ASKED, expected, said
 

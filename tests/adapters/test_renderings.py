@@ -8,10 +8,10 @@ from pathlib import Path
 from autogen_core.models import AssistantMessage, FunctionExecutionResultMessage, SystemMessage, UserMessage
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
-from agents.adapters.autogen import to_autogen
-from agents.adapters.langchain import to_langchain
-from agents.context import ContextConfig, LocalContext
-from agents.context._wire import STANDIN_RESULT  # the one rendering both frameworks get
+from ctxbus.agents.adapters.autogen import to_autogen
+from ctxbus.agents.adapters.langchain import to_langchain
+from ctxbus.agents.context import ContextConfig, LocalContext
+from ctxbus.agents.context._wire import STANDIN_RESULT  # the one rendering both frameworks get
 
 
 def composed(tmp_path: Path) -> list[dict[str, object]]:

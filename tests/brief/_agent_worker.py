@@ -15,9 +15,9 @@ from pathlib import Path
 
 import anyio
 
-from agents.brief import BriefReplica, Proposer
-from bus import BusConfig, connect, run_async
-from schemas import (
+from ctxbus.agents.brief import BriefReplica, Proposer
+from ctxbus.bus import BusConfig, connect, run_async
+from ctxbus.schemas import (
     AddBlocker,
     AddConstraint,
     AddDecision,

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import anyio
 
-from agents.brief import BriefReplica, ProposalUnanswered, Proposer
-from bus import BusConfig, connect, run_async
-from schemas import AddPending, BriefOp, Committed, Complete, Domain
+from ctxbus.agents.brief import BriefReplica, ProposalUnanswered, Proposer
+from ctxbus.bus import BusConfig, connect, run_async
+from ctxbus.schemas import AddPending, BriefOp, Committed, Complete, Domain
 
 SHORT_DEADLINE = 2.0
 LONG_DEADLINE = 30.0

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import itertools
 
-from schemas import Domain
-from schemas._brief import TaskBrief
-from schemas._brief_messages import Commit, Committed, Proposal, Reply
-from schemas._brief_ops import (
+from ctxbus.schemas import Domain
+from ctxbus.schemas._brief import TaskBrief
+from ctxbus.schemas._brief_messages import Commit, Committed, Proposal, Reply
+from ctxbus.schemas._brief_ops import (
     AddBlocker,
     AddConstraint,
     AddDecision,
@@ -18,7 +18,7 @@ from schemas._brief_ops import (
     Reject,
     SetGoal,
 )
-from schemas._brief_rules import apply, resolve, triage
+from ctxbus.schemas._brief_rules import apply, resolve, triage
 
 DOMAIN = Domain.parse("alice/s1/t1")
 OTHER = Domain.parse("bob/s1/t1")

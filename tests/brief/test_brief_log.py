@@ -6,9 +6,9 @@ import uuid
 
 import pytest
 
-from bus import BriefLog, BusConfig, CasConflict, NatsClient, connect
-from bus.testing import ServerFactory
-from schemas import AddNote, Commit, CommitBatch, CommitEnvelope, Domain, PayloadTooLarge, Proposal
+from ctxbus.bus import BriefLog, BusConfig, CasConflict, NatsClient, connect
+from ctxbus.bus.testing import ServerFactory
+from ctxbus.schemas import AddNote, Commit, CommitBatch, CommitEnvelope, Domain, PayloadTooLarge, Proposal
 
 MAX_PAYLOAD = 64 * 1024
 

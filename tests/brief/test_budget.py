@@ -6,11 +6,11 @@ from collections.abc import Callable
 
 import pytest
 
-from agents.context import Tokenizer
-from schemas import Commit, Proposal, apply
-from schemas._brief import TaskBrief
-from schemas._brief_fold import fold_done_op
-from schemas._brief_ops import (
+from ctxbus.agents.context import Tokenizer
+from ctxbus.schemas import Commit, Proposal, apply
+from ctxbus.schemas._brief import TaskBrief
+from ctxbus.schemas._brief_fold import fold_done_op
+from ctxbus.schemas._brief_ops import (
     FOLD_MAX,
     AddBlocker,
     AddConstraint,
@@ -24,7 +24,7 @@ from schemas._brief_ops import (
     Reject,
     SetGoal,
 )
-from schemas._brief_render import SUMMARY_SHOWN_CHARS, render_brief, render_growth_bound
+from ctxbus.schemas._brief_render import SUMMARY_SHOWN_CHARS, render_brief, render_growth_bound
 from tests.brief.helpers import DOMAIN, accept, seeded, words
 
 

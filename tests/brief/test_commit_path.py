@@ -26,9 +26,9 @@ from typing import Any
 import anyio
 import pytest
 
-from agents.brief import BriefReplica, Proposer
-from bus import BriefLog, BriefState, NatsClient, Verb, commits_of, subject
-from schemas import (
+from ctxbus.agents.brief import BriefReplica, Proposer
+from ctxbus.bus import BriefLog, BriefState, NatsClient, Verb, commits_of, subject
+from ctxbus.schemas import (
     AddConstraint,
     AddDecision,
     AddNote,
@@ -213,7 +213,7 @@ async def test_a_cached_brief_gone_wrong_is_never_snapshotted(nats_url: str, mon
     """Put the old bug back (a batch's last commit applied twice to the cached brief):
     the check before the snapshot catches it, logs and counts it, writes no snapshot of
     it, and loads the brief again from the log, so every reader still agrees."""
-    import coordinator._committer as committer_module
+    import ctxbus.coordinator._committer as committer_module
 
     judge = committer_module.judge_batch
 

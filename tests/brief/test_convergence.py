@@ -22,7 +22,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from bus import (
+from ctxbus.bus import (
     BriefLog,
     BriefState,
     BusConfig,
@@ -34,8 +34,8 @@ from bus import (
     connect,
     subject,
 )
-from coordinator._config import FOLD_AUTHOR_SUFFIX
-from schemas import Commit, Domain, TaskBrief, apply, brief_hash
+from ctxbus.coordinator._config import FOLD_AUTHOR_SUFFIX
+from ctxbus.schemas import Commit, Domain, TaskBrief, apply, brief_hash
 
 A = Domain.parse("alice/run1/A")
 B = Domain.parse("bob/run1/B")
@@ -83,7 +83,7 @@ async def test_replicas_converge_through_coordinator_and_server_crashes(
     coordinators = [
         _spawn(
             "-m",
-            "coordinator.cli",
+            "ctxbus.coordinator.cli",
             "coordinator",
             "--nats",
             url,
@@ -191,7 +191,7 @@ async def test_replicas_converge_through_coordinator_and_server_crashes(
     await client.close()
     for domain in (A, B):
         show = subprocess.run(
-            [sys.executable, "-m", "coordinator.cli", "brief", "show", "--json", "-d", str(domain), "--nats", url],
+            [sys.executable, "-m", "ctxbus.coordinator.cli", "brief", "show", "--json", "-d", str(domain), "--nats", url],
             cwd=ROOT, capture_output=True, text=True, timeout=60, check=True,
         )  # fmt: skip
         assert json.loads(show.stdout)["hash"] == brief_hash(replayed[domain]), f"`brief show` of {domain}"

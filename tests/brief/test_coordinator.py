@@ -19,8 +19,8 @@ import pytest
 from anyio.abc import TaskGroup
 from nats.aio.msg import Msg
 
-from agents.brief import BriefReplica, ProposalUnanswered, Proposer
-from bus import (
+from ctxbus.agents.brief import BriefReplica, ProposalUnanswered, Proposer
+from ctxbus.bus import (
     TX_STREAM,
     BriefLog,
     BriefState,
@@ -35,10 +35,10 @@ from bus import (
     run_async,
     subject,
 )
-from bus.testing import ServerFactory
-from coordinator import GLOBAL_DLQ, METRICS_SUBJECT, STATUS_SUBJECT, CommitterState, CoordinatorConfig
-from coordinator._metrics import Metrics
-from schemas import (
+from ctxbus.bus.testing import ServerFactory
+from ctxbus.coordinator import GLOBAL_DLQ, METRICS_SUBJECT, STATUS_SUBJECT, CommitterState, CoordinatorConfig
+from ctxbus.coordinator._metrics import Metrics
+from ctxbus.schemas import (
     AddConstraint,
     AddDecision,
     AddNote,

@@ -25,7 +25,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from bus import (
+from ctxbus.bus import (
     STATUS_SUBJECT,
     BriefLog,
     BriefState,
@@ -37,7 +37,7 @@ from bus import (
     gather,
     subject,
 )
-from schemas import AddPending, Commit, CommitEnvelope, CoordinatorStatus, Domain, TaskBrief, brief_hash
+from ctxbus.schemas import AddPending, Commit, CommitEnvelope, CoordinatorStatus, Domain, TaskBrief, brief_hash
 
 DOMAIN = Domain.parse("alice/freeze/burst")
 AGENTS = ("f0", "f1", "f2", "f3")
@@ -128,7 +128,7 @@ async def test_a_frozen_coordinator_woken_late_commits_nothing_twice(
     await client.close()
     coordinators = [
         _spawn(
-            "-m", "coordinator.cli", "coordinator", "--nats", url, "--id", f"c{i}", "--snapshot-every", "5",
+            "-m", "ctxbus.coordinator.cli", "coordinator", "--nats", url, "--id", f"c{i}", "--snapshot-every", "5",
             log=tmp_path / f"c{i}.log",
         )
         for i in range(2)
@@ -191,7 +191,7 @@ async def test_a_frozen_coordinator_woken_late_commits_nothing_twice(
     readers = {agent: json.loads((tmp_path / f"{agent}.hash").read_text())["hash"] for agent in AGENTS}
     readers["joiner from the snapshot"] = brief_hash(joined)
     show = subprocess.run(
-        [sys.executable, "-m", "coordinator.cli", "brief", "show", "--json", "-d", str(DOMAIN), "--nats", url],
+        [sys.executable, "-m", "ctxbus.coordinator.cli", "brief", "show", "--json", "-d", str(DOMAIN), "--nats", url],
         cwd=ROOT, capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     readers["ctxbus brief show"] = json.loads(show.stdout)["hash"]

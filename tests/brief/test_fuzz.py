@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agents.brief import Proposer
-from bus import NatsClient, Verb, request, subject
-from schemas import AddNote, Committed, Domain, Envelope, MessageType, Rejection, ReplyAdapter
+from ctxbus.agents.brief import Proposer
+from ctxbus.bus import NatsClient, Verb, request, subject
+from ctxbus.schemas import AddNote, Committed, Domain, Envelope, MessageType, Rejection, ReplyAdapter
 from tests._support import running_coordinator
 
 DOMAIN = Domain.parse(f"fuzz/s/{uuid.uuid4().hex[:8]}")

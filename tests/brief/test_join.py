@@ -6,9 +6,9 @@ import uuid
 
 import anyio
 
-from agents.brief import BriefReplica
-from bus import TX_STREAM, BriefLog, BriefState, Bucket, BucketConfig, NatsClient, TxLogConfig, Verb, subject
-from schemas import AddPending, Close, Commit, Complete, Domain, Proposal, SetGoal, TaskBrief, apply, brief_hash
+from ctxbus.agents.brief import BriefReplica
+from ctxbus.bus import TX_STREAM, BriefLog, BriefState, Bucket, BucketConfig, NatsClient, TxLogConfig, Verb, subject
+from ctxbus.schemas import AddPending, Close, Commit, Complete, Domain, Proposal, SetGoal, TaskBrief, apply, brief_hash
 
 BATCH = 50
 

@@ -13,10 +13,10 @@ from functools import reduce
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schemas import Committed, Rejection, judge_batch
-from schemas._brief import TaskBrief, brief_hash
-from schemas._brief_messages import Proposal
-from schemas._brief_rules import apply
+from ctxbus.schemas import Committed, Rejection, judge_batch
+from ctxbus.schemas._brief import TaskBrief, brief_hash
+from ctxbus.schemas._brief_messages import Proposal
+from ctxbus.schemas._brief_rules import apply
 from tests.brief.helpers import DOMAIN, NOW, TTL
 from tests.brief.test_replay import AUTHORS, _draw_op
 

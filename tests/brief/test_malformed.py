@@ -7,8 +7,8 @@ import uuid
 
 import msgpack
 
-from bus import Verb, request, subject
-from schemas import Domain, Envelope, Rejection, RejectionCode, ReplyAdapter
+from ctxbus.bus import Verb, request, subject
+from ctxbus.schemas import Domain, Envelope, Rejection, RejectionCode, ReplyAdapter
 from tests._support import running_coordinator
 
 

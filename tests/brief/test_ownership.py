@@ -10,10 +10,10 @@ import anyio
 import pytest
 from anyio.abc import TaskGroup, TaskStatus
 
-from agents.brief import Proposer
-from bus import BriefLog, BusConfig, NatsClient, Verb, commits_of, connect, subject
-from coordinator import Coordinator, CoordinatorConfig
-from schemas import AddNote, Committed, Domain
+from ctxbus.agents.brief import Proposer
+from ctxbus.bus import BriefLog, BusConfig, NatsClient, Verb, commits_of, connect, subject
+from ctxbus.coordinator import Coordinator, CoordinatorConfig
+from ctxbus.schemas import AddNote, Committed, Domain
 
 
 class _Running:

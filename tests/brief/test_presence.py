@@ -8,9 +8,9 @@ from collections.abc import Callable
 import anyio
 import pytest
 
-from agents.brief import PresenceBeacon, read_presence
-from bus import PRESENCE_BUCKET, Bucket, BucketConfig, BusConfig, EmbeddedServer, NatsClient, connect, kv_key
-from schemas import Presence
+from ctxbus.agents.brief import PresenceBeacon, read_presence
+from ctxbus.bus import PRESENCE_BUCKET, Bucket, BucketConfig, BusConfig, EmbeddedServer, NatsClient, connect, kv_key
+from ctxbus.schemas import Presence
 from tests._support import fresh_domain
 
 

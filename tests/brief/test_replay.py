@@ -12,11 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schemas import DecodeError, Envelope, EnvelopeInvalid, MessageType, WireError
-from schemas._brief import TaskBrief, brief_hash
-from schemas._brief_fold import fold_done_op
-from schemas._brief_messages import Commit, Committed, Proposal
-from schemas._brief_ops import (
+from ctxbus.schemas import DecodeError, Envelope, EnvelopeInvalid, MessageType, WireError
+from ctxbus.schemas._brief import TaskBrief, brief_hash
+from ctxbus.schemas._brief_fold import fold_done_op
+from ctxbus.schemas._brief_messages import Commit, Committed, Proposal
+from ctxbus.schemas._brief_ops import (
     AddBlocker,
     AddConstraint,
     AddDecision,
@@ -32,8 +32,8 @@ from schemas._brief_ops import (
     ResolveBlocker,
     SetGoal,
 )
-from schemas._brief_rules import ReplayError, applied_revision, apply, apply_accepted, resolve, triage, validate
-from schemas._brief_snapshot import BriefSnapshot
+from ctxbus.schemas._brief_rules import ReplayError, applied_revision, apply, apply_accepted, resolve, triage, validate
+from ctxbus.schemas._brief_snapshot import BriefSnapshot
 from tests.brief.helpers import DOMAIN, NOW, OTHER, TTL, accept, seeded, words
 
 # --- apply ---------------------------------------------------------------
@@ -102,8 +102,8 @@ def test_a_reopen_lifts_the_rejections_its_commit_names_however_the_replica_norm
     assert expected.rejected == brief.rejected[1:]
 
     unlike = str.strip  # no case folding, no collapsing of spaces
-    monkeypatch.setattr("schemas._brief.normalize", unlike)
-    monkeypatch.setattr("schemas._brief_rules.normalize", unlike)
+    monkeypatch.setattr("ctxbus.schemas._brief.normalize", unlike)
+    monkeypatch.setattr("ctxbus.schemas._brief_rules.normalize", unlike)
     assert apply(brief, resolved) == expected
     by_text = resolved.model_copy(update={"resolved": ()})  # as an earlier version committed it
     assert apply(brief, by_text).rejected == brief.rejected, "matching the text again lifts nothing here"

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas import BodyInvalid, Domain, ProposalEnvelope, judge_batch, refuse_agent_proposal
-from schemas._brief import (
+from ctxbus.schemas import BodyInvalid, Domain, ProposalEnvelope, judge_batch, refuse_agent_proposal
+from ctxbus.schemas._brief import (
     CLOCK_SKEW_MAX,
     KEY_GRACE,
     KEYS_PRUNE_EVERY,
@@ -28,7 +28,7 @@ from schemas._brief import (
     brief_hash,
     normalize,
 )
-from schemas._brief_messages import (
+from ctxbus.schemas._brief_messages import (
     Committed,
     Proposal,
     Rejection,
@@ -36,7 +36,7 @@ from schemas._brief_messages import (
     Reply,
     ReplyAdapter,
 )
-from schemas._brief_ops import (
+from ctxbus.schemas._brief_ops import (
     AddBlocker,
     AddConstraint,
     AddDecision,
@@ -53,7 +53,7 @@ from schemas._brief_ops import (
     SetGoal,
     op_fingerprint,
 )
-from schemas._brief_rules import applied_revision, triage, validate
+from ctxbus.schemas._brief_rules import applied_revision, triage, validate
 from tests.brief.helpers import DOMAIN, NOW, OTHER, TTL, accept, proposal, seeded, submit
 
 # --- every op, accepted ---------------------------------------------------------------

@@ -14,8 +14,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from agents.brief import BriefReplica, Proposer
-from bus import (
+from ctxbus.agents.brief import BriefReplica, Proposer
+from ctxbus.bus import (
     AuthStore,
     BriefLog,
     BriefState,
@@ -27,7 +27,7 @@ from bus import (
     Verifier,
     subject,
 )
-from schemas import (
+from ctxbus.schemas import (
     AddNote,
     Commit,
     Committed,

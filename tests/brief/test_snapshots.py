@@ -7,10 +7,10 @@ import uuid
 import anyio
 import pytest
 
-from agents.brief import Proposer
-from bus import TX_STREAM, BriefLog, BriefState, NatsClient, Verb, kv_key, subject
-from bus.testing import ServerFactory
-from schemas import AddNote, BriefSnapshot, Close, Commit, Committed, Proposal, TaskBrief, apply
+from ctxbus.agents.brief import Proposer
+from ctxbus.bus import TX_STREAM, BriefLog, BriefState, NatsClient, Verb, kv_key, subject
+from ctxbus.bus.testing import ServerFactory
+from ctxbus.schemas import AddNote, BriefSnapshot, Close, Commit, Committed, Proposal, TaskBrief, apply
 from tests._support import fresh_domain, running_coordinator, serving_coordinator
 
 

@@ -19,9 +19,9 @@ import msgpack
 import pytest
 from nats.aio.msg import Msg
 
-import coordinator
-from agents.brief import Proposer
-from bus import (
+from ctxbus import coordinator
+from ctxbus.agents.brief import Proposer
+from ctxbus.bus import (
     GLOBAL_DLQ,
     METRICS_SUBJECT,
     STATUS_SUBJECT,
@@ -33,9 +33,9 @@ from bus import (
     routed,
     subject,
 )
-from bus.testing import ServerFactory
-from coordinator.cli._status_cmds import _status
-from schemas import (
+from ctxbus.bus.testing import ServerFactory
+from ctxbus.coordinator.cli._status_cmds import _status
+from ctxbus.schemas import (
     DEAD_LETTER_DETAIL_MAX,
     DEAD_LETTER_QUOTE_MAX,
     AddNote,
@@ -128,12 +128,12 @@ async def test_status_tells_a_frozen_coordinator_from_a_stopped_one(
     since its last heartbeat; SIGCONT, and it serves again; stopped, it says so."""
     nats_url = nats_server_factory().url  # its own: no other coordinator may serve there
     env = {**os.environ, "CTXBUS_STATE_DIR": str(tmp_path), "COLUMNS": "200"}
-    cmd = [sys.executable, "-m", "coordinator.cli", "coordinator", "--nats", nats_url, "--id", "c-frozen"]
+    cmd = [sys.executable, "-m", "ctxbus.coordinator.cli", "coordinator", "--nats", nats_url, "--id", "c-frozen"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
 
     def state() -> dict[str, object]:
         done = subprocess.run(
-            [sys.executable, "-m", "coordinator.cli", "status", "--json", "--nats", nats_url],
+            [sys.executable, "-m", "ctxbus.coordinator.cli", "status", "--json", "--nats", nats_url],
             capture_output=True, text=True, env=env, timeout=60,
         )  # fmt: skip
         return next(c for c in json.loads(done.stdout)["coordinators"] if c["coordinator"] == "c-frozen")
@@ -147,7 +147,7 @@ async def test_status_tells_a_frozen_coordinator_from_a_stopped_one(
         assert frozen["state"] == "not answering", frozen
         assert isinstance(frozen["last_heartbeat_s"], float)
         told = subprocess.run(
-            [sys.executable, "-m", "coordinator.cli", "status", "--nats", nats_url],
+            [sys.executable, "-m", "ctxbus.coordinator.cli", "status", "--nats", nats_url],
             capture_output=True, text=True, env=env, timeout=60,
         )  # fmt: skip
         assert told.returncode == 1, told.stderr
@@ -156,7 +156,7 @@ async def test_status_tells_a_frozen_coordinator_from_a_stopped_one(
         proc.send_signal(signal.SIGCONT)
         assert state()["state"] == "serving"
         readable = subprocess.run(
-            [sys.executable, "-m", "coordinator.cli", "status", "--nats", nats_url],
+            [sys.executable, "-m", "ctxbus.coordinator.cli", "status", "--nats", nats_url],
             capture_output=True, text=True, env=env, timeout=60,
         )  # fmt: skip
         assert "coordinator c-frozen serving" in readable.stdout and "last error: none" in readable.stdout

@@ -10,10 +10,10 @@ from typing import TypeVar
 
 import anyio
 
-from agents.brief import Proposer
-from bus import Bucket, BucketConfig, BusConfig, BusUnavailable, EmbeddedServer, LeaseConfig, Leases, connect
-from bus.testing import ServerFactory
-from schemas import AddNote, Committed, Domain
+from ctxbus.agents.brief import Proposer
+from ctxbus.bus import Bucket, BucketConfig, BusConfig, BusUnavailable, EmbeddedServer, LeaseConfig, Leases, connect
+from ctxbus.bus.testing import ServerFactory
+from ctxbus.schemas import AddNote, Committed, Domain
 from tests._support import running_coordinator
 
 T = TypeVar("T")

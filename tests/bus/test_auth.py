@@ -20,8 +20,8 @@ import nats
 import pytest
 from nats.aio.client import Client
 
-from agents.brief import BriefReplica, PresenceBeacon, Proposer, read_presence
-from bus import (
+from ctxbus.agents.brief import BriefReplica, PresenceBeacon, Proposer, read_presence
+from ctxbus.bus import (
     AuthStore,
     BriefLog,
     BriefState,
@@ -41,8 +41,8 @@ from bus import (
     kv_key,
     subject,
 )
-from coordinator import Coordinator, CoordinatorConfig
-from schemas import (
+from ctxbus.coordinator import Coordinator, CoordinatorConfig
+from ctxbus.schemas import (
     AddNote,
     Commit,
     CommitBatch,

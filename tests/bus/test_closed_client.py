@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from bus import Bucket, BucketConfig, BusConfig, BusError, BusUnavailable, TxLog, connect
+from ctxbus.bus import Bucket, BucketConfig, BusConfig, BusError, BusUnavailable, TxLog, connect
 
 
 async def test_a_closed_client_gets_bus_errors_from_every_stream_call(nats_url: str) -> None:

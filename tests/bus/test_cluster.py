@@ -14,7 +14,7 @@ import nats.errors
 import nats.js.errors
 import pytest
 
-from bus import (
+from ctxbus.bus import (
     BRIEF_BUCKET,
     LEASE_BUCKET,
     PRESENCE_BUCKET,
@@ -30,7 +30,7 @@ from bus import (
     close_quietly,
     connect,
 )
-from coordinator import Coordinator, CoordinatorConfig
+from ctxbus.coordinator import Coordinator, CoordinatorConfig
 
 
 async def _once_the_cluster_answers(step: Callable[[], Awaitable[object]]) -> None:

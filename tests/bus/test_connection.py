@@ -12,13 +12,13 @@ import anyio
 import nats.errors
 import pytest
 
-from bus import BusConfig, close_quietly, connect
-from bus._connection import _EventLog
-from bus.testing import ServerFactory
+from ctxbus.bus import BusConfig, close_quietly, connect
+from ctxbus.bus._connection import _EventLog
+from ctxbus.bus.testing import ServerFactory
 
 
 def _levels(caplog: pytest.LogCaptureFixture, text: str) -> list[int]:
-    return [r.levelno for r in caplog.records if r.name == "bus._connection" and text in r.getMessage()]
+    return [r.levelno for r in caplog.records if r.name == "ctxbus.bus._connection" and text in r.getMessage()]
 
 
 async def test_errors_while_connected_are_warnings_and_only_an_outages_repeats_are_quiet(
@@ -28,7 +28,7 @@ async def test_errors_while_connected_are_warnings_and_only_an_outages_repeats_a
     client = await connect(BusConfig(servers=[server.url]), deadline=5)
     events = _EventLog(client)
     events.connected = True
-    caplog.set_level(logging.DEBUG, logger="bus._connection")
+    caplog.set_level(logging.DEBUG, logger="ctxbus.bus._connection")
     try:
         await events.on_error(RuntimeError("slow consumer"))
         await events.on_error(RuntimeError("permissions violation"))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bus import NO_UVLOOP_ENV, anyio_backend, event_loop_name, run_async, uses_uvloop
+from ctxbus.bus import NO_UVLOOP_ENV, anyio_backend, event_loop_name, run_async, uses_uvloop
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="uvloop is not a dependency on Windows")
 
@@ -39,7 +39,7 @@ async def test_the_suite_runs_on_the_loop_ctxbus_picks() -> None:
 
 
 _CALLS = """
-from bus import run_async
+from ctxbus.bus import run_async
 
 
 async def job(count: int, name: str) -> bool:

@@ -8,8 +8,8 @@ import anyio
 import pytest
 from nats.aio.client import Client
 
-from bus import Bucket, BucketConfig, CasConflict, LeaseHeld, Leases
-from schemas import LeaseRecord, UsageError
+from ctxbus.bus import Bucket, BucketConfig, CasConflict, LeaseHeld, Leases
+from ctxbus.schemas import LeaseRecord, UsageError
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from bus import RepeatFilter
+from ctxbus.bus import RepeatFilter
 
 
 class _Clock:

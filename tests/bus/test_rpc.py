@@ -11,7 +11,7 @@ import anyio
 import pytest
 from nats.aio.client import Client
 
-from bus import BusConfig, BusError, BusUnavailable, Request, connect, gather, listen, request, serve
+from ctxbus.bus import BusConfig, BusError, BusUnavailable, Request, connect, gather, listen, request, serve
 
 
 async def test_listen_takes_messages_one_at_a_time_and_goes_on_after_a_failure(nats_client: Client) -> None:

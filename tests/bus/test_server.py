@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bus import BusConfig, EmbeddedServer, ServerError, TxLog, connect, find_nats_server
+from ctxbus.bus import BusConfig, EmbeddedServer, ServerError, TxLog, connect, find_nats_server
 
 SUBJECT = "ctx.u.s.t.tx"
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from bus import BusConfig, ServerError, connect
-from bus.testing import ServerFactory
+from ctxbus.bus import BusConfig, ServerError, connect
+from ctxbus.bus.testing import ServerFactory
 
 
 def test_a_store_dir_that_is_a_file_is_a_server_error(nats_server_factory: ServerFactory, tmp_path: Path) -> None:

@@ -15,11 +15,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from agents.brief import Proposer
-from agents.context import ContextConfig
-from agents.runtime import Agent, AgentConfig
-from bus import GEN_AI, configure_from_env, span
-from schemas import AddNote, Committed, Domain
+from ctxbus.agents.brief import Proposer
+from ctxbus.agents.context import ContextConfig
+from ctxbus.agents.runtime import Agent, AgentConfig
+from ctxbus.bus import GEN_AI, configure_from_env, span
+from ctxbus.schemas import AddNote, Committed, Domain
 from tests._support import serving_coordinator
 
 _EXPORTER = InMemorySpanExporter()
@@ -107,7 +107,7 @@ async def test_the_agent_loop_traces_each_model_call_with_its_usage_and_each_too
     """Against the OpenAI-compatible stand-in: a `chat <model>` client span per turn with
     the GenAI conventions' token usage (cached tokens as the endpoint reported them), and
     an `execute_tool <name>` span per call, each inside its agent's trace."""
-    from agents.runtime import Agent
+    from ctxbus.agents.runtime import Agent
     from tests._support import fresh_domain
     from tests.loop._standin import MODEL, StandIn, write_corpus
     from tests.loop._swarm import context_config, looping

@@ -10,8 +10,8 @@ import nats.errors
 import nats.js.errors
 import pytest
 
-from bus import BusError, BusUnavailable, NoResponders, NotAuthorized, NotFound, Refused
-from bus._translate import MAPPED, translate, translating
+from ctxbus.bus import BusError, BusUnavailable, NoResponders, NotAuthorized, NotFound, Refused
+from ctxbus.bus._translate import MAPPED, translate, translating
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -79,7 +79,7 @@ def _catches_nats(path: Path) -> list[int]:
     return lines
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "bus").glob("*.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted((ROOT / "ctxbus" / "bus").glob("*.py")), ids=lambda p: p.name)
 def test_bus_catches_nats_errors_only_through_the_map(path: Path) -> None:
     """Only the map, and the connection seam (which must also catch the OS's errors and
     word a refused connection), name nats-py's errors in an `except`."""

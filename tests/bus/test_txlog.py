@@ -12,7 +12,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import api
 
-from bus import (
+from ctxbus.bus import (
     AppendExpired,
     BusConfig,
     BusUnavailable,

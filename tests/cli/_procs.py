@@ -97,7 +97,7 @@ class Command:
     def __init__(
         self, *args: str, env: dict[str, str], program: Sequence[str] | None = None, cwd: Path | None = None
     ) -> None:
-        command = [*program] if program is not None else [sys.executable, "-m", "coordinator.cli"]
+        command = [*program] if program is not None else [sys.executable, "-m", "ctxbus.coordinator.cli"]
         self.proc = subprocess.Popen(
             [*command, *args],
             stdout=subprocess.PIPE,

@@ -18,7 +18,11 @@ from tests.cli._procs import Command
 
 def _ctxbus(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "coordinator.cli", *args], capture_output=True, text=True, env=env, timeout=timeout
+        [sys.executable, "-m", "ctxbus.coordinator.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
     )
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from bus import BusConfig, Verb, close_quietly, connect, subject
-from bus.testing import ServerFactory
-from schemas import Domain
+from ctxbus.bus import BusConfig, Verb, close_quietly, connect, subject
+from ctxbus.bus.testing import ServerFactory
+from ctxbus.schemas import Domain
 from tests.cli._procs import READ_TIMEOUT, Command
 
 UNREACHABLE = "nats://127.0.0.1:9"

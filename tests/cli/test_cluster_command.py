@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bus import TX_STREAM, BusConfig, TxLog, TxLogConfig, close_quietly, connect
+from ctxbus.bus import TX_STREAM, BusConfig, TxLog, TxLogConfig, close_quietly, connect
 from tests.cli._procs import READ_TIMEOUT, Command
 
 
@@ -72,7 +72,7 @@ def _cluster_command(*args: str, tmp_path: Path) -> Iterator[Running]:
 
 def _ctxbus(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "coordinator.cli", *args], capture_output=True, text=True, env=env, timeout=60
+        [sys.executable, "-m", "ctxbus.coordinator.cli", *args], capture_output=True, text=True, env=env, timeout=60
     )
 
 

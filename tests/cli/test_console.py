@@ -14,10 +14,10 @@ import termios
 
 import pytest
 
-from coordinator.cli._common import PIPE_WIDTH, _console
+from ctxbus.coordinator.cli._common import PIPE_WIDTH, _console
 
 LINE = "word " * 60
-PRINT_LINE = f"from coordinator.cli._common import console; console.print({LINE!r}.strip())"
+PRINT_LINE = f"from ctxbus.coordinator.cli._common import console; console.print({LINE!r}.strip())"
 
 
 def _environ_without_columns() -> dict[str, str]:

@@ -8,15 +8,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agents.context import LocalContext
-from schemas import Domain
+from ctxbus.agents.context import LocalContext
+from ctxbus.schemas import Domain
 from tests.context.conftest import anchors_dir
 
 
 def _ctxbus(*args: str, state: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "CTXBUS_STATE_DIR": str(state), "COLUMNS": "200"}
     return subprocess.run(
-        [sys.executable, "-m", "coordinator.cli", *args], capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, "-m", "ctxbus.coordinator.cli", *args], capture_output=True, text=True, env=env, timeout=120
     )
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from coordinator._config import DEFAULT_BRIEF_BUDGET
-from coordinator.cli._common import coordinator_config
+from ctxbus.coordinator._config import DEFAULT_BRIEF_BUDGET
+from ctxbus.coordinator.cli._common import coordinator_config
 
 
 def test_commands_give_coordinators_a_brief_budget_counted_in_real_tokens() -> None:

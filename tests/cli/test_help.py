@@ -16,9 +16,9 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
-import coordinator.cli
-from coordinator.cli import app
-from coordinator.cli._app import COMMANDS, load_command
+from ctxbus.coordinator import cli
+from ctxbus.coordinator.cli import app
+from ctxbus.coordinator.cli._app import COMMANDS, load_command
 
 _WORD = re.compile(r"[A-Za-z0-9]+")
 """What must reach the screen: markdown may restyle punctuation (`code`, **bold**), but
@@ -54,8 +54,8 @@ def test_every_word_of_a_commands_help_reaches_the_screen(path: tuple[str, ...],
 
 
 def _root_help(*, load_every_command: bool) -> str:
-    load = "from coordinator.cli._app import COMMANDS, load_command; [load_command(n) for n in COMMANDS]; "
-    code = f"{load if load_every_command else ''}from coordinator.cli import main; main(['--help'])"
+    load = "from ctxbus.coordinator.cli._app import COMMANDS, load_command; [load_command(n) for n in COMMANDS]; "
+    code = f"{load if load_every_command else ''}from ctxbus.coordinator.cli import main; main(['--help'])"
     env = {**os.environ, "COLUMNS": "100"}
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
 
@@ -72,9 +72,19 @@ def test_the_root_help_lists_each_command_as_the_command_itself_would() -> None:
 def test_the_root_imports_no_command(argv: list[str]) -> None:
     """What makes `ctxbus --version` and `--help` quick (`bench/cli.py` times them): none
     of the heavy modules is imported."""
-    heavy = ["nats", "pydantic", "tiktoken", "mcp", "anyio", "schemas", "bus", "agents", "coordinator._service"]
+    heavy = [
+        "nats",
+        "pydantic",
+        "tiktoken",
+        "mcp",
+        "anyio",
+        "ctxbus.schemas",
+        "ctxbus.bus",
+        "ctxbus.agents",
+        "ctxbus.coordinator._service",
+    ]
     code = (
-        "import sys; from coordinator.cli import main; main(sys.argv[1:]); "
+        "import sys; from ctxbus.coordinator.cli import main; main(sys.argv[1:]); "
         f"print(*[m for m in {heavy!r} if m in sys.modules])"
     )
     shown = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, check=True)
@@ -84,8 +94,8 @@ def test_the_root_imports_no_command(argv: list[str]) -> None:
 def test_every_command_a_module_defines_is_listed() -> None:
     """A command missing from `COMMANDS` could never run: the root only loads what it lists."""
     defined: dict[str, str] = {}
-    for module in pkgutil.iter_modules(coordinator.cli.__path__):
+    for module in pkgutil.iter_modules(cli.__path__):
         if module.name.endswith("_cmds"):
-            commands = importlib.import_module(f"coordinator.cli.{module.name}").commands
+            commands = importlib.import_module(f"ctxbus.coordinator.cli.{module.name}").commands
             defined.update((name, module.name) for name in typer.main.get_group(commands).commands)
     assert defined == {name: listed.module for name, listed in COMMANDS.items()}

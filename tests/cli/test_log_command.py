@@ -12,9 +12,9 @@ import uuid
 
 import anyio.to_thread
 
-from agents.brief import Proposer
-from bus import BriefLog, BriefState, TxLog, Verb, subject
-from schemas import AddNote, AddPending, Commit, CommitBatch, CommitEnvelope, Domain, Proposal
+from ctxbus.agents.brief import Proposer
+from ctxbus.bus import BriefLog, BriefState, TxLog, Verb, subject
+from ctxbus.schemas import AddNote, AddPending, Commit, CommitBatch, CommitEnvelope, Domain, Proposal
 from tests._support import running_coordinator
 from tests.cli._procs import Command
 
@@ -28,7 +28,7 @@ async def test_log_shows_a_malformed_entry_as_skipped_and_goes_on(nats_url: str)
         await agent.propose(AddPending(text="after"))
 
     def ctxbus_log(*extra: str) -> subprocess.CompletedProcess[str]:
-        args = [sys.executable, "-m", "coordinator.cli", "log", "-d", str(domain), "--nats", nats_url, *extra]
+        args = [sys.executable, "-m", "ctxbus.coordinator.cli", "log", "-d", str(domain), "--nats", nats_url, *extra]
         return subprocess.run(args, capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
 
     table = await anyio.to_thread.run_sync(ctxbus_log)
@@ -64,7 +64,7 @@ async def test_log_marks_what_every_replica_skips_or_passes_over(nats_url: str) 
         await agent.propose(AddPending(text="after"))
         truth = await log.load(domain)
 
-    args = [sys.executable, "-m", "coordinator.cli", "log", "-d", str(domain), "--nats", nats_url, "--json"]
+    args = [sys.executable, "-m", "ctxbus.coordinator.cli", "log", "-d", str(domain), "--nats", nats_url, "--json"]
     done = await anyio.to_thread.run_sync(lambda: subprocess.run(args, capture_output=True, text=True, timeout=60))
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in done.stdout.splitlines()]

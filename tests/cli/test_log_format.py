@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from coordinator.cli._app import _StderrNow, _WithExtras
+from ctxbus.coordinator.cli._app import _StderrNow, _WithExtras
 
 
 def test_extras_follow_the_message_and_a_traceback_comes_last() -> None:

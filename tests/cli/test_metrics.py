@@ -14,9 +14,9 @@ import anyio
 import anyio.to_thread
 from prometheus_client.parser import text_string_to_metric_families
 
-from agents.brief import PresenceBeacon, Proposer
-from bus import BusConfig, EmbeddedServer, Verb, close_quietly, connect, request, subject
-from schemas import AddNote, Committed, Domain, Presence, Proposal, ProposalEnvelope, Rejection, ReplyEnvelope
+from ctxbus.agents.brief import PresenceBeacon, Proposer
+from ctxbus.bus import BusConfig, EmbeddedServer, Verb, close_quietly, connect, request, subject
+from ctxbus.schemas import AddNote, Committed, Domain, Presence, Proposal, ProposalEnvelope, Rejection, ReplyEnvelope
 from tests.cli._procs import Command
 
 

@@ -10,9 +10,9 @@ import anyio.to_thread
 import pytest
 from nats.aio.msg import Msg
 
-from bus import BusConfig, EmbeddedServer, TxLog, connect
-from bus.testing import ServerFactory
-from coordinator import STATUS_SUBJECT
+from ctxbus.bus import BusConfig, EmbeddedServer, TxLog, connect
+from ctxbus.bus.testing import ServerFactory
+from ctxbus.coordinator import STATUS_SUBJECT
 from tests.cli._procs import READ_TIMEOUT, Command
 
 

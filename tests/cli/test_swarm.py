@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from agents.swarm import (
+from ctxbus.agents.swarm import (
     AgentResult,
     AgentStatus,
     Channel2Cycle,
@@ -23,9 +23,9 @@ from agents.swarm import (
     SwarmRunner,
     Tally,
 )
-from coordinator.cli._common import console
-from coordinator.cli._swarm_cmds import _live_table, _print_events, _print_report
-from schemas import Domain
+from ctxbus.coordinator.cli._common import console
+from ctxbus.coordinator.cli._swarm_cmds import _live_table, _print_events, _print_report
+from ctxbus.schemas import Domain
 from tests.cli._procs import READ_TIMEOUT, Command
 
 
@@ -139,7 +139,7 @@ def test_ctrl_c_stops_every_process_keeps_the_data_and_a_new_run_there_is_refuse
 
 def _agent_workers(demo: Command) -> list[int]:
     """The demo's agent processes now running (its other child is its nats-server)."""
-    return [pid for pid in demo.children() if b"agents.swarm._worker" in _cmdline(pid)]
+    return [pid for pid in demo.children() if b"ctxbus.agents.swarm._worker" in _cmdline(pid)]
 
 
 def _cmdline(pid: int) -> bytes:

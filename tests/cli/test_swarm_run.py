@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from agents.swarm import AgentResult, AgentStatus, Channel2Cycle, LogState, RunConfig, SwarmReport, Tally
-from coordinator.cli._common import console
-from coordinator.cli._swarm_cmds import _print_report
-from schemas import Domain
+from ctxbus.agents.swarm import AgentResult, AgentStatus, Channel2Cycle, LogState, RunConfig, SwarmReport, Tally
+from ctxbus.coordinator.cli._common import console
+from ctxbus.coordinator.cli._swarm_cmds import _print_report
+from ctxbus.schemas import Domain
 from tests.cli._procs import Command
 from tests.loop._standin import MODEL, StandIn, write_corpus
 

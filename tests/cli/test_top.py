@@ -12,11 +12,11 @@ import anyio
 import anyio.to_thread
 import pytest
 
-from agents.brief import PresenceBeacon
-from bus import NatsClient
-from coordinator.cli._common import console
-from coordinator.cli._status_cmds import _agents_table
-from schemas import Domain, Presence
+from ctxbus.agents.brief import PresenceBeacon
+from ctxbus.bus import NatsClient
+from ctxbus.coordinator.cli._common import console
+from ctxbus.coordinator.cli._status_cmds import _agents_table
+from ctxbus.schemas import Domain, Presence
 from tests.cli._procs import Command
 
 
@@ -91,9 +91,9 @@ async def test_top_into_a_pipe_prints_a_table_per_refresh_as_it_goes(nats_url: s
 _BEATING = """
 import sys
 import anyio
-from agents.brief import PresenceBeacon
-from bus import BusConfig, connect, run_async
-from schemas import Domain, Presence
+from ctxbus.agents.brief import PresenceBeacon
+from ctxbus.bus import BusConfig, connect, run_async
+from ctxbus.schemas import Domain, Presence
 
 async def main() -> None:
     client = await connect(BusConfig(servers=[sys.argv[1]]))

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from bus import uses_uvloop
+from ctxbus.bus import uses_uvloop
 from tests.cli._procs import Command
 
 
 def _run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "coordinator.cli", *args], capture_output=True, text=True, env=env, timeout=60
+        [sys.executable, "-m", "ctxbus.coordinator.cli", *args], capture_output=True, text=True, env=env, timeout=60
     )
 
 

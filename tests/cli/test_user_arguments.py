@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from schemas import KEY_MAX
+from ctxbus.schemas import KEY_MAX
 from tests.cli._procs import Command
 
 UNREACHABLE = "nats://127.0.0.1:9"

@@ -12,7 +12,7 @@ from pathlib import Path
 import anyio.to_thread
 import pytest
 
-from bus import BriefLog, BusConfig, EmbeddedServer, connect, find_nats_server, free_port
+from ctxbus.bus import BriefLog, BusConfig, EmbeddedServer, connect, find_nats_server, free_port
 from tests.cli._procs import READ_TIMEOUT, Command
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from bus import PidLock
-from bus._server import STORE_LOCK_FILE
+from ctxbus.bus import PidLock
+from ctxbus.bus._server import STORE_LOCK_FILE
 from tests.cli._procs import READ_TIMEOUT, Command
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")

@@ -17,8 +17,8 @@ from pathlib import Path
 import anyio
 import anyio.to_thread
 
-from bus import BusConfig, connect
-from coordinator import Coordinator, CoordinatorConfig
+from ctxbus.bus import BusConfig, connect
+from ctxbus.coordinator import Coordinator, CoordinatorConfig
 from tests._support import fresh_domain
 from tests.cli._procs import READ_TIMEOUT, Command
 
@@ -29,7 +29,7 @@ REASON = "no [b]redis[/b] in prod"
 
 def _ctxbus(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "coordinator.cli", *args], capture_output=True, text=True, env=env, timeout=60
+        [sys.executable, "-m", "ctxbus.coordinator.cli", *args], capture_output=True, text=True, env=env, timeout=60
     )
 
 

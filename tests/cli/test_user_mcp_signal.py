@@ -27,7 +27,7 @@ def _serve_then_signal(env: dict[str, str], signum: signal.Signals, pause: float
     seconds after it says it serves: its exit code (None if still running after
     STOP_WITHIN) and stderr."""
     mcp = subprocess.Popen(
-        [sys.executable, "-m", "coordinator.cli", "-v", "mcp", "--agent", "quiet-1"],
+        [sys.executable, "-m", "ctxbus.coordinator.cli", "-v", "mcp", "--agent", "quiet-1"],
         stdin=subprocess.PIPE,  # held open, silent: the client is there, thinking
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -14,9 +14,9 @@ from pathlib import Path
 import anyio
 import anyio.to_thread
 
-from agents.brief import PresenceBeacon
-from bus import BusConfig, EmbeddedServer, close_quietly, connect
-from schemas import Presence
+from ctxbus.agents.brief import PresenceBeacon
+from ctxbus.bus import BusConfig, EmbeddedServer, close_quietly, connect
+from ctxbus.schemas import Presence
 from tests._support import fresh_domain
 from tests.cli._procs import READ_TIMEOUT, Command
 
@@ -100,7 +100,7 @@ def test_mcp_stopped_while_disconnected_ends_without_a_traceback(
         coordinator.proc.send_signal(signal.SIGINT)
         coordinator.finish()
     mcp = subprocess.Popen(
-        [sys.executable, "-m", "coordinator.cli", "-v", "mcp", "--agent", "m1"],
+        [sys.executable, "-m", "ctxbus.coordinator.cli", "-v", "mcp", "--agent", "m1"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

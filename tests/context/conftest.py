@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from agents.context import ContextConfig, LocalContext, Tokenizer
+from ctxbus.agents.context import ContextConfig, LocalContext, Tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 PROBES = Path(__file__).with_name("anchor_probes.json")

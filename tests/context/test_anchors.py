@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.context import Composition, ContextConfig, LocalContext, Tokenizer
+from ctxbus.agents.context import Composition, ContextConfig, LocalContext, Tokenizer
 from tests.context.conftest import MakeContext, add_raw, anchors_dir, load_session, probes_for
 
 BUDGET = 16_000

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from agents.context import ExtractiveSummarizer
-from agents.context._archive import _snippet, error_lines
-from schemas import UsageError
+from ctxbus.agents.context import ExtractiveSummarizer
+from ctxbus.agents.context._archive import _snippet, error_lines
+from ctxbus.schemas import UsageError
 from tests.context.conftest import MakeContext
 
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agents.context import (
+from ctxbus.agents.context import (
     PRICE_PRESETS,
     CacheMeter,
     Composition,
@@ -23,8 +23,8 @@ from agents.context import (
     PricePreset,
     Tokenizer,
 )
-from agents.context._delta import DELTA_HEADER, apply_delta, brief_delta
-from agents.context._wire import STANDIN_RESULT
+from ctxbus.agents.context._delta import DELTA_HEADER, apply_delta, brief_delta
+from ctxbus.agents.context._wire import STANDIN_RESULT
 from tests._providers import SdkTypes, check_anthropic, checked_renderings
 from tests.context.test_properties import WORDS, calls_event, chat_event, orphan_event, tool_event
 
@@ -355,7 +355,7 @@ def test_a_rebuild_for_another_reason_applies_the_queued_drops(tokenizer: Tokeni
 
 def test_a_prompt_cache_meter_prices_the_whole_history_as_growing_by_appends() -> None:
     """The whole history each call: every call's prefix is the previous call's history."""
-    from agents.context import PromptCache
+    from ctxbus.agents.context import PromptCache
 
     cache = PromptCache(CacheMeter(len))
     first = [{"role": "system", "content": "s" * 96}, {"role": "user", "content": "u" * 96}]

@@ -6,9 +6,9 @@ import sqlite3
 
 import pytest
 
-from agents.context import LocalContext
-from agents.context._archive import ARCHIVE_SCHEMA
-from agents.context._classify import split_units
+from ctxbus.agents.context import LocalContext
+from ctxbus.agents.context._archive import ARCHIVE_SCHEMA
+from ctxbus.agents.context._classify import split_units
 from tests.context.conftest import MakeContext
 
 _FILLER = (

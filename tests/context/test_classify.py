@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.context._classify import constraint_text, facts, has_constraint, split_units
+from ctxbus.agents.context._classify import constraint_text, facts, has_constraint, split_units
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from agents.context import LocalContext, Tokenizer
+from ctxbus.agents.context import LocalContext, Tokenizer
 from tests.context.conftest import Clock, MakeContext, rendered_tokens
 
 
@@ -157,7 +157,7 @@ def test_every_trim_and_compose_is_logged_with_extras(make_ctx: MakeContext, cap
     ctx = make_ctx(window=2_000, settings={"reserve_system": 300, "reserve_output": 300})
     for i in range(30):
         _tool_turn(ctx, i)
-    with caplog.at_level(logging.INFO, logger="agents.context"):
+    with caplog.at_level(logging.INFO, logger="ctxbus.agents.context"):
         report = ctx.compose().report
         ctx.switch_mode("chat")
     trims = [r for r in caplog.records if getattr(r, "event", None) == "trim"]

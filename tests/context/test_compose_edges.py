@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.context import BUILTIN_MODES, Composition, InputTooLarge, InvalidConfig, ModeDescriptor
+from ctxbus.agents.context import BUILTIN_MODES, Composition, InputTooLarge, InvalidConfig, ModeDescriptor
 from tests.context.conftest import Clock, MakeContext
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from agents.context import (
+from ctxbus.agents.context import (
     ContextClosed,
     ContextConfig,
     InputTooLarge,
@@ -16,8 +16,8 @@ from agents.context import (
     UnknownMode,
     UnknownReference,
 )
-from schemas import UsageError
-from schemas._message import Message, message_id
+from ctxbus.schemas import UsageError
+from ctxbus.schemas._message import Message, message_id
 from tests.context.conftest import MakeContext
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.context import ContextClosed, ContextConfig, InvalidMessage, LocalContext, StoreError, Tokenizer
-from agents.context._state import ContextState
+from ctxbus.agents.context import ContextClosed, ContextConfig, InvalidMessage, LocalContext, StoreError, Tokenizer
+from ctxbus.agents.context._state import ContextState
 from tests.context.conftest import Clock, MakeContext
 
 RULE = "Never run migrations against the production database."
@@ -40,7 +40,7 @@ def test_undecodable_content_is_stored_with_replacement_characters(
 ) -> None:
     ctx = make_ctx("u.db")
     ctx.add("user", "List the files.")
-    with caplog.at_level(logging.WARNING, logger="agents.context"):
+    with caplog.at_level(logging.WARNING, logger="ctxbus.agents.context"):
         tag = ctx.add("tool", "report_\udcff.txt\n", tool_name="ls")  # os.listdir of a non-UTF-8 name
     assert "undecodable" in caplog.text
     ctx.add("user", "Next turn.")

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from agents.context import BUILTIN_MODES, InvalidConfig, ModeDescriptor, UnknownMode
+from ctxbus.agents.context import BUILTIN_MODES, InvalidConfig, ModeDescriptor, UnknownMode
 from tests.context.conftest import MakeContext
 
 

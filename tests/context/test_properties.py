@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agents.context import ContextConfig, LocalContext, Tokenizer
+from ctxbus.agents.context import ContextConfig, LocalContext, Tokenizer
 from tests._providers import checked_renderings
 from tests.context.conftest import rendered_cost, rendered_tokens
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from agents.context import BUILTIN_MODES, Composition, ContextConfig, LocalContext, Tokenizer
-from agents.runtime import read_transcript
-from schemas import ToolCall
+from ctxbus.agents.context import BUILTIN_MODES, Composition, ContextConfig, LocalContext, Tokenizer
+from ctxbus.agents.runtime import read_transcript
+from ctxbus.schemas import ToolCall
 from tests._providers import SdkTypes, check_anthropic, check_openai, check_openai_layout
 from tests.context.conftest import rendered_cost
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agents.context import ContextConfig, LocalContext
+from ctxbus.agents.context import ContextConfig, LocalContext
 from tests._providers import checked_renderings
 from tests.context.conftest import MakeContext, rendered_tokens
 

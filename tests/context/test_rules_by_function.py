@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from agents.context import ExtractiveSummarizer, LocalContext
-from agents.context._classify import (
+from ctxbus.agents.context import ExtractiveSummarizer, LocalContext
+from ctxbus.agents.context._classify import (
     PIN_COPY_MAX_CHARS,
     UNIT_MAX_CHARS,
     constraint_text,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.context import DomainMismatch, LocalContext, ModeDescriptor, StoreError, Tokenizer, UnknownMode
-from agents.context._store import AgentStore
+from ctxbus.agents.context import DomainMismatch, LocalContext, ModeDescriptor, StoreError, Tokenizer, UnknownMode
+from ctxbus.agents.context._store import AgentStore
 from tests.context.conftest import MakeContext
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agents.context import ContextConfig, ExtractiveSummarizer, Summarizer, Tokenizer
-from agents.context._state import ContextState
-from schemas._message import Message, MessageKind, MessageRole, message_id
+from ctxbus.agents.context import ContextConfig, ExtractiveSummarizer, Summarizer, Tokenizer
+from ctxbus.agents.context._state import ContextState
+from ctxbus.schemas._message import Message, MessageKind, MessageRole, message_id
 from tests.context.conftest import MakeContext
 
 

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from agents.context import ExtractiveSummarizer
-from schemas._message import Message, MessageKind, MessageRole, message_id
+from ctxbus.agents.context import ExtractiveSummarizer
+from ctxbus.schemas._message import Message, MessageKind, MessageRole, message_id
 from tests.context.conftest import MakeContext
 
 _HEAD = re.compile(r"§\d+§ ")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.context import BUILTIN_MODES, ContextConfig, InvalidConfig
+from ctxbus.agents.context import BUILTIN_MODES, ContextConfig, InvalidConfig
 from tests._providers import check_anthropic, check_openai, check_openai_layout
 from tests.context.conftest import MakeContext, rendered_tokens
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-import agents.nudges
-from agents.context import drop_placeholder
+from ctxbus.agents import nudges
+from ctxbus.agents.context import drop_placeholder
 from tests.context.conftest import MakeContext
 
 
@@ -49,7 +49,7 @@ def test_drop_right_after_add_never_loses_a_user_constraint(make_ctx: MakeContex
 
 
 def test_the_placeholder_the_tail_walk_recognises_is_the_one_drop_writes(make_ctx: MakeContext) -> None:
-    assert agents.nudges.drop_placeholder is drop_placeholder, "one home for the placeholder text"
+    assert nudges.drop_placeholder is drop_placeholder, "one home for the placeholder text"
     ctx = make_ctx(settings={"protected_recent": 0})
     ctx.add("user", "Investigate the crash.")
     ctx.add("assistant", "Reading the log.", tool_name="cat", call_id="k1")
@@ -57,7 +57,7 @@ def test_the_placeholder_the_tail_walk_recognises_is_the_one_drop_writes(make_ct
     ctx.drop([result])
     shown = [item.text for view in ctx.inspect() for item in view.items if item.tag == result]
     assert shown == [drop_placeholder(result)]
-    assert agents.nudges.is_drop_placeholder(shown[0])
+    assert nudges.is_drop_placeholder(shown[0])
 
 
 @pytest.mark.parametrize("ref", [12, "12", "§12§", " 12 "])

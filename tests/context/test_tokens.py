@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.context import CLAUDE_SPLIT_PATTERN, Tokenizer
+from ctxbus.agents.context import CLAUDE_SPLIT_PATTERN, Tokenizer
 from tests.nudges.golden import anchors_dir as magic_context_dir
 
 # Line breaks beside spaces, punctuation, digits and letters are where pieces could join.

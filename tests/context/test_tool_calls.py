@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from agents.context import InvalidMessage, LocalContext, StoreError, Tokenizer
-from schemas import ToolCall
+from ctxbus.agents.context import InvalidMessage, LocalContext, StoreError, Tokenizer
+from ctxbus.schemas import ToolCall
 from tests._providers import checked_renderings
 from tests.context.conftest import MakeContext
 

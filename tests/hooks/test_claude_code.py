@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from agents.hooks import hook_agent, run_claude_code
-from bus import BusConfig, PidLock, free_port
-from schemas import Domain
+from ctxbus.agents.hooks import hook_agent, run_claude_code
+from ctxbus.bus import BusConfig, PidLock, free_port
+from ctxbus.schemas import Domain
 from tests.hooks._claude import ClaudeSession, check_output, claude_sessions, context_of, reachable
 
 SESSIONS = {path.name: path for path in claude_sessions()}
@@ -37,7 +37,7 @@ def store_of(state: Path) -> Callable[[Domain, str], Path]:
 def hook(payload: dict[str, Any], state: Path, **env: str) -> str:
     """The real command, as Claude Code runs it: the event on stdin, the answer on stdout."""
     done = subprocess.run(
-        [sys.executable, "-m", "coordinator.cli", "hook", "claude-code"],
+        [sys.executable, "-m", "ctxbus.coordinator.cli", "hook", "claude-code"],
         input=json.dumps(payload).encode(),
         capture_output=True,
         env={**os.environ, "CTXBUS_STATE_DIR": str(state), **env},
@@ -63,7 +63,7 @@ def inspect_pinned(state: Path, session: ClaudeSession) -> list[str]:
     assert len(stores) == 1, stores
     domain = "/".join(stores[0].relative_to(state / "agents").parts[:3])
     done = subprocess.run(
-        [sys.executable, "-m", "coordinator.cli", "inspect", agent, "-d", domain, "--json"],
+        [sys.executable, "-m", "ctxbus.coordinator.cli", "inspect", agent, "-d", domain, "--json"],
         capture_output=True,
         env={**os.environ, "CTXBUS_STATE_DIR": str(state), "COLUMNS": "100000"},
         timeout=60,

@@ -12,9 +12,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from agents.brief import Proposer
-from bus import BusConfig
-from schemas import AddDecision, AddPending, SetGoal
+from ctxbus.agents.brief import Proposer
+from ctxbus.bus import BusConfig
+from ctxbus.schemas import AddDecision, AddPending, SetGoal
 from tests._support import running_coordinator
 from tests.hooks._claude import ClaudeSession, check_output, claude_sessions, context_of
 from tests.hooks.test_claude_code import in_process
@@ -22,7 +22,7 @@ from tests.hooks.test_claude_code import in_process
 
 async def hook(payload: dict[str, object], state: Path, **env: str) -> str:
     done = await anyio.run_process(
-        [sys.executable, "-m", "coordinator.cli", "hook", "claude-code"],
+        [sys.executable, "-m", "ctxbus.coordinator.cli", "hook", "claude-code"],
         input=json.dumps(payload).encode(),
         env={**os.environ, "CTXBUS_STATE_DIR": str(state), **env},
         check=False,

@@ -8,12 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agents.hooks import HOOK_EVENTS
+from ctxbus.agents.hooks import HOOK_EVENTS
 
 
 def install(project: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "coordinator.cli", "hook", "install", "--project", str(project)],
+        [sys.executable, "-m", "ctxbus.coordinator.cli", "hook", "install", "--project", str(project)],
         capture_output=True,
         text=True,
         env={**os.environ, "COLUMNS": "300"},

@@ -51,11 +51,20 @@ from openai.types.chat.chat_completion_tool_param import ChatCompletionToolParam
 from openai.types.completion_usage import PromptTokensDetails
 from pydantic import TypeAdapter, ValidationError
 
-from agents.nudges import REDUCE_TOOL_NAME
-from agents.swarm._corpus import tool_output
-from agents.swarm._policy import DIG_HITS, FAILURE, channel2_drops, dig_query, intent_op, reminder_drops, spec, tags
-from agents.swarm._scenario import Propose, agent_name, step
-from schemas import TaskBrief
+from ctxbus.agents.nudges import REDUCE_TOOL_NAME
+from ctxbus.agents.swarm._corpus import tool_output
+from ctxbus.agents.swarm._policy import (
+    DIG_HITS,
+    FAILURE,
+    channel2_drops,
+    dig_query,
+    intent_op,
+    reminder_drops,
+    spec,
+    tags,
+)
+from ctxbus.agents.swarm._scenario import Propose, agent_name, step
+from ctxbus.schemas import TaskBrief
 from tests._providers import Refused, SdkTypes, check_openai
 
 __all__ = ["BadCall", "Hold", "Pass", "Status", "StandIn", "corpus_path", "write_corpus"]

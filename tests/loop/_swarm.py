@@ -10,14 +10,23 @@ from typing import Any
 
 import anyio
 
-from agents.context import ContextConfig
-from agents.loop import AgentLoop, BashTool, BuiltinTools, LoopConfig, LoopStats, ModelClient, RetryPolicy, Toolbox
-from agents.loop import loop_system_prompt as system_prompt
-from agents.runtime import Agent, AgentConfig
-from agents.swarm._model import ScriptedModel
-from agents.swarm._scenario import agent_name, step
-from bus import NatsClient
-from schemas import Domain, Tally, TaskBrief
+from ctxbus.agents.context import ContextConfig
+from ctxbus.agents.loop import (
+    AgentLoop,
+    BashTool,
+    BuiltinTools,
+    LoopConfig,
+    LoopStats,
+    ModelClient,
+    RetryPolicy,
+    Toolbox,
+)
+from ctxbus.agents.loop import loop_system_prompt as system_prompt
+from ctxbus.agents.runtime import Agent, AgentConfig
+from ctxbus.agents.swarm._model import ScriptedModel
+from ctxbus.agents.swarm._scenario import agent_name, step
+from ctxbus.bus import NatsClient
+from ctxbus.schemas import Domain, Tally, TaskBrief
 from tests.loop._standin import MODEL, StandIn
 
 __all__ = ["FAST_RETRY", "brief_content", "context_config", "looping", "play_in_process", "play_over_http"]

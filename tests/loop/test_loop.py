@@ -11,10 +11,10 @@ import anyio
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from agents.loop import LoopStop, ModelRefused, ModelUnavailable
-from agents.runtime import Agent, AgentConfig
-from bus import NatsClient
-from schemas import AgentResult, EventAdapter, Finished, ReportRequest
+from ctxbus.agents.loop import LoopStop, ModelRefused, ModelUnavailable
+from ctxbus.agents.runtime import Agent, AgentConfig
+from ctxbus.bus import NatsClient
+from ctxbus.schemas import AgentResult, EventAdapter, Finished, ReportRequest
 from tests._support import fresh_domain, running_coordinator
 from tests.loop._standin import MODEL, BadCall, Hold, Pass, StandIn, Status, write_corpus
 from tests.loop._swarm import context_config, looping
@@ -137,7 +137,7 @@ async def test_an_agent_killed_mid_turn_restarts_on_its_store_and_finishes(
     store = tmp_path / "agent-1.db"
     with StandIn(agents=1, steps=STEPS) as standin:
         command = [
-            sys.executable, "-m", "agents.swarm._run_worker", "--nats", nats_url, "--domain", str(domain),
+            sys.executable, "-m", "ctxbus.agents.swarm._run_worker", "--nats", nats_url, "--domain", str(domain),
             "--index", "0", "--agents", "1", "--store", str(store), "--base-url", standin.base_url,
             "--model", MODEL, "--task", str(task), "--window", "200000", "--max-turns", "100",
             "--tools", "bash", "--workdir", str(workdir),

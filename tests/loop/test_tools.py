@@ -10,7 +10,7 @@ import anyio
 import pytest
 from pydantic import Field
 
-from agents.loop import BashTool, Toolbox, ToolError
+from ctxbus.agents.loop import BashTool, Toolbox, ToolError
 
 
 def forecast(city: Annotated[str, Field(description="Where.")], days: int = 3, *, metric: bool = True) -> str:

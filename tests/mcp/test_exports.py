@@ -7,11 +7,13 @@ import inspect
 
 import pytest
 
-import agents.mcp as mcp
-from agents.brief import DEFAULT_PROPOSE_DEADLINE
+import ctxbus.agents.mcp as mcp
+from ctxbus.agents.brief import DEFAULT_PROPOSE_DEADLINE
 
 
-@pytest.mark.parametrize("package", ["agents.brief", "agents.context", "agents.nudges", "agents.runtime"])
+@pytest.mark.parametrize(
+    "package", ["ctxbus.agents.brief", "ctxbus.agents.context", "ctxbus.agents.nudges", "ctxbus.agents.runtime"]
+)
 def test_a_name_exported_twice_is_the_same_object(package: str) -> None:
     other = importlib.import_module(package)
     shared = set(mcp.__all__) & set(other.__all__)

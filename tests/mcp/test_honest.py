@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bus import NatsClient
+from ctxbus.bus import NatsClient
 from tests.mcp.test_mcp_server import body, call, domain, serve, tag_of, url  # noqa: F401 - fixtures
 from tests.mcp.test_tools import client, connected, tagged_error, text  # noqa: F401 - `client` is a fixture
 
@@ -77,7 +77,7 @@ async def test_each_server_start_is_a_new_session_unless_resumed_and_inspect_say
     stores = sorted(p.name for p in tmp_path.rglob("claude-1*.db"))
     assert len(stores) == 2 and "claude-1.db" in stores, stores  # the first session kept beside
     shown = subprocess.run(
-        [sys.executable, "-m", "coordinator.cli", "inspect", "claude-1", "-d", domain],
+        [sys.executable, "-m", "ctxbus.coordinator.cli", "inspect", "claude-1", "-d", domain],
         capture_output=True,
         text=True,
         env={**os.environ, "CTXBUS_STATE_DIR": str(tmp_path), "COLUMNS": "200"},

@@ -17,7 +17,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.session import IncomingMessage
 from mcp.types import CallToolResult, TextContent, TextResourceContents
 
-from bus import free_port
+from ctxbus.bus import free_port
 from tests._support import running_coordinator
 
 TOOLS = {"brief_get", "brief_propose", "ctx_search", "ctx_read", "ctx_reduce", "ctx_status"}
@@ -46,7 +46,19 @@ async def serve(url: str, domain: str, agent: str, state: Path, *extra: str) -> 
     """
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "coordinator.cli", "-vv", "mcp", "--domain", domain, "--agent", agent, "--nats", url, *extra],
+        args=[
+            "-m",
+            "ctxbus.coordinator.cli",
+            "-vv",
+            "mcp",
+            "--domain",
+            domain,
+            "--agent",
+            agent,
+            "--nats",
+            url,
+            *extra,
+        ],
         env={"CTXBUS_STATE_DIR": str(state)},
     )
     garbage: list[Exception] = []
@@ -206,7 +218,7 @@ async def test_reminders_ride_on_tool_results_and_stop_after_ctx_reduce(url: str
 
 
 def test_a_store_that_cannot_be_created_is_a_one_line_error(nats_url: str, tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "coordinator.cli", "mcp", "-d", "alice/s1/t1", "-a", "claude"]
+    command = [sys.executable, "-m", "ctxbus.coordinator.cli", "mcp", "-d", "alice/s1/t1", "-a", "claude"]
     command += ["--nats", nats_url, "--store", "/proc/ctxbus-test/x/claude.db"]
     run = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=30)
     assert run.returncode == 1 and run.stdout == ""
@@ -218,7 +230,7 @@ def test_a_store_that_cannot_be_created_is_a_one_line_error(nats_url: str, tmp_p
 
 def test_unreachable_nats_and_bad_names_are_one_line_errors(tmp_path: Path) -> None:
     def ctxbus(*args: str) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "coordinator.cli", "mcp", *args]
+        command = [sys.executable, "-m", "ctxbus.coordinator.cli", "mcp", *args]
         return subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=30)
 
     down = ctxbus("-d", "alice/s1/t1", "-a", "claude", "--nats", f"nats://127.0.0.1:{free_port()}")

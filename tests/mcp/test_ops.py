@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-import schemas
-from agents.mcp import AGENT_OPS, BadOp, op_menu, parse_op
-from schemas import TEXT_MAX, AddNote, Complete
+from ctxbus import schemas
+from ctxbus.agents.mcp import AGENT_OPS, BadOp, op_menu, parse_op
+from ctxbus.schemas import TEXT_MAX, AddNote, Complete
 
 
 def test_the_ops_are_the_ones_schemas_lets_an_agent_propose() -> None:

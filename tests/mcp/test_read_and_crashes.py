@@ -21,11 +21,11 @@ import pytest
 from mcp import Client
 from mcp.types import CallToolResult, TextContent
 
-from agents.context import LocalContext
-from agents.mcp import McpHost, ToolCalls, build_server, host_context
-from agents.runtime import Agent, AgentConfig
-from bus import NatsClient
-from schemas import Domain
+from ctxbus.agents.context import LocalContext
+from ctxbus.agents.mcp import McpHost, ToolCalls, build_server, host_context
+from ctxbus.agents.runtime import Agent, AgentConfig
+from ctxbus.bus import NatsClient
+from ctxbus.schemas import Domain
 from tests._support import running_coordinator
 
 WINDOW = 8_192

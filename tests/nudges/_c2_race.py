@@ -19,8 +19,8 @@ from pathlib import Path
 
 import anyio
 
-from agents.nudges import directive_id
-from schemas import Domain
+from ctxbus.agents.nudges import directive_id
+from ctxbus.schemas import Domain
 from tests.nudges._c2_worker import CRASH_EXIT, CRASH_KINDS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -32,15 +32,15 @@ from typing import Final
 
 import anyio
 
-from agents.nudges import (
+from ctxbus.agents.nudges import (
     Channel2Lease,
     Channel2LeaseConfig,
     DeliveryOutcome,
     DirectiveState,
     SyntheticMessage,
 )
-from bus import BusConfig, BusError, Leases, connect, run_async
-from schemas import Domain
+from ctxbus.bus import BusConfig, BusError, Leases, connect, run_async
+from ctxbus.schemas import Domain
 
 CRASH_EXIT: Final = 17
 CRASH_KINDS: Final = ("before_claim", "after_claim", "after_send", "before_confirm")

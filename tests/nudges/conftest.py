@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from agents.context import CLAUDE_SPLIT_PATTERN, Tokenizer
+from ctxbus.agents.context import CLAUDE_SPLIT_PATTERN, Tokenizer
 from tests.nudges.golden import anchors_dir, load_anchor
 
 

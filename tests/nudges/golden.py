@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agents.nudges import PartKind, TagKind, TailPart, TailTag
+from ctxbus.agents.nudges import PartKind, TagKind, TailPart, TailTag
 
 ANCHORS_ENV = "CTXBUS_ANCHORS"
 IMAGE_TOKEN_DIVISOR = 750

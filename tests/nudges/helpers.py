@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
-from agents.nudges import PartKind, TagKind, TagState, TailMeasure, TailPart, TailTag, TokenCounter
+from ctxbus.agents.nudges import PartKind, TagKind, TagState, TailMeasure, TailPart, TailTag, TokenCounter
 
 
 class WordCounter:

@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pytest
 
-from agents.nudges import (
+from ctxbus.agents.nudges import (
     Band,
     approx_tokens,
     band_for,

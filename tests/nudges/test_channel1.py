@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.nudges import (
+from ctxbus.agents.nudges import (
     REDUCE_TOOL_NAME,
     Band,
     Channel1,

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from nats.aio.client import Client
 
-from agents.nudges import (
+from ctxbus.agents.nudges import (
     MIN_RECLAIMABLE_TOKENS,
     Channel2,
     Channel2Lease,
@@ -33,8 +33,8 @@ from agents.nudges import (
     channel2_text,
     tool_category,
 )
-from bus import Leases
-from schemas import Domain
+from ctxbus.bus import Leases
+from ctxbus.schemas import Domain
 from tests.nudges.helpers import WordCounter
 from tests.nudges.test_channel2_lease import Host
 from tests.nudges.test_reminders import our_facts, reference_facts

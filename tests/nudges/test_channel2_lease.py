@@ -14,7 +14,7 @@ import anyio
 import pytest
 from nats.aio.client import Client
 
-from agents.nudges import (
+from ctxbus.agents.nudges import (
     DEFAULT_DELIVERED_TTL,
     SEND_WINDOW,
     Channel2Lease,
@@ -24,8 +24,8 @@ from agents.nudges import (
     SyntheticMessage,
     directive_id,
 )
-from bus import LEASE_BUCKET, Bucket, BucketConfig, Leases
-from schemas import Domain, InvalidDomain, LeaseRecord, UsageError
+from ctxbus.bus import LEASE_BUCKET, Bucket, BucketConfig, Leases
+from ctxbus.schemas import Domain, InvalidDomain, LeaseRecord, UsageError
 
 SHORT_TTL = 1.0
 """The shortest TTL a value can have: for values the tests wait out."""

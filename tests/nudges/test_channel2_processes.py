@@ -15,9 +15,9 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from agents.nudges import Channel2Lease, DirectiveState
-from bus import BusConfig, EmbeddedServer, Leases, connect
-from schemas import Domain
+from ctxbus.agents.nudges import Channel2Lease, DirectiveState
+from ctxbus.bus import BusConfig, EmbeddedServer, Leases, connect
+from ctxbus.schemas import Domain
 from tests.nudges._c2_race import CYCLES, WORKERS, Run, lines, takeover_lags
 from tests.nudges._c2_worker import CRASH_KINDS
 

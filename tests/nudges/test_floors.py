@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.nudges import (
+from ctxbus.agents.nudges import (
     CHANNEL2_MIN_RECLAIMABLE_TOKENS,
     DEFAULT_FLOORS,
     MAGIC_CONTEXT_WINDOW,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agents.nudges import (
+from ctxbus.agents.nudges import (
     REDUCE_TOOL_NAME,
     Band,
     HygieneWalker,
@@ -25,7 +25,7 @@ from agents.nudges import (
     protected_floor,
     protection_window,
 )
-from agents.nudges._protection import MIN_PROTECTED_CALLS, PROTECTED_REDUCE_CALLS
+from ctxbus.agents.nudges._protection import MIN_PROTECTED_CALLS, PROTECTED_REDUCE_CALLS
 from tests.nudges.helpers import Tail, WordCounter, words
 
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from agents.context import Tokenizer
-from agents.nudges import HygieneWalker, TailMeasure
+from ctxbus.agents.context import Tokenizer
+from ctxbus.agents.nudges import HygieneWalker, TailMeasure
 from tests.nudges.golden import GoldenTail, build_case, load_anchor
 from tests.nudges.helpers import RecordingCounter
 

@@ -8,7 +8,7 @@ from typing import Protocol
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.nudges import REDUCE_TOOL_NAME, HygieneWalker, TagState, drop_placeholder
+from ctxbus.agents.nudges import REDUCE_TOOL_NAME, HygieneWalker, TagState, drop_placeholder
 from tests.nudges.helpers import Tail, WordCounter
 
 

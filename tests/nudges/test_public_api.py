@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 
-import agents.nudges as nudges
+import ctxbus.agents.nudges as nudges
 
 
 def test_every_exported_name_exists() -> None:
@@ -26,4 +26,4 @@ def test_exported_objects_come_from_private_modules() -> None:
     for name in nudges.__all__:
         module = getattr(getattr(nudges, name), "__module__", None)
         if module is not None and module.startswith("agents"):
-            assert module.startswith(("agents.nudges._", "agents.context._")), name
+            assert module.startswith(("ctxbus.agents.nudges._", "ctxbus.agents.context._")), name

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from agents.nudges import (
+from ctxbus.agents.nudges import (
     DropPlan,
     DropRangeTooLarge,
     DropSpecError,
@@ -21,7 +21,7 @@ from agents.nudges import (
     parse_drop_spec,
     plan_drops,
 )
-from schemas import UsageError
+from ctxbus.schemas import UsageError
 from tests.nudges.helpers import Tail, WordCounter
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from agents.nudges import (
+from ctxbus.agents.nudges import (
     REMINDER_CLOSE,
     REMINDER_OPEN,
     Band,

@@ -5,7 +5,7 @@ alone: pick asyncio, through uvloop as ctxbus's own processes do."""
 
 import pytest
 
-import bus
+from ctxbus import bus
 
 
 @pytest.fixture(scope="session")

@@ -5,8 +5,8 @@ import uuid
 import nats
 import pytest
 
-from agents.brief import Proposer
-from schemas import AddPending, Domain
+from ctxbus.agents.brief import Proposer
+from ctxbus.schemas import AddPending, Domain
 
 pytestmark = pytest.mark.anyio
 

@@ -4,8 +4,8 @@ import uuid
 
 import pytest
 
-from agents.brief import Proposer
-from schemas import AddPending, Committed, Domain
+from ctxbus.agents.brief import Proposer
+from ctxbus.schemas import AddPending, Committed, Domain
 
 pytestmark = pytest.mark.anyio
 

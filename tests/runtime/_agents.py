@@ -5,8 +5,8 @@ from __future__ import annotations
 from contextlib import ExitStack
 from typing import Any
 
-from agents.runtime import Agent, AgentConfig
-from bus import NatsClient
+from ctxbus.agents.runtime import Agent, AgentConfig
+from ctxbus.bus import NatsClient
 
 
 class Agents:

@@ -19,11 +19,11 @@ import anyio.abc
 import pytest
 from anyio.abc import TaskGroup
 
-from agents.context import ContextConfig, LocalContext, StoreError
-from agents.nudges import Channel2LeaseConfig, Delivery, DeliveryOutcome, SqliteNudgeStateStore
-from agents.runtime import Agent, AgentConfig, AgentState
-from bus import NatsClient
-from schemas import AddConstraint, Committed, CtxbusError, Domain, InvalidDomain, Reject, UsageError
+from ctxbus.agents.context import ContextConfig, LocalContext, StoreError
+from ctxbus.agents.nudges import Channel2LeaseConfig, Delivery, DeliveryOutcome, SqliteNudgeStateStore
+from ctxbus.agents.runtime import Agent, AgentConfig, AgentState
+from ctxbus.bus import NatsClient
+from ctxbus.schemas import AddConstraint, Committed, CtxbusError, Domain, InvalidDomain, Reject, UsageError
 from tests._support import running_coordinator
 from tests.runtime._agents import Agents
 
@@ -306,7 +306,7 @@ async def test_a_store_another_process_holds_is_refused_naming_it(
     nats_client: NatsClient, agents: Agents, tmp_path: Path
 ) -> None:
     config = _config(Domain.parse(f"rt/s4/{uuid.uuid4().hex[:8]}"), tmp_path)
-    hold = "import sys, time; from bus import PidLock; PidLock(__import__('pathlib').Path(sys.argv[1])).acquire(); print('held', flush=True); time.sleep(60)"
+    hold = "import sys, time; from ctxbus.bus import PidLock; PidLock(__import__('pathlib').Path(sys.argv[1])).acquire(); print('held', flush=True); time.sleep(60)"
     with subprocess.Popen(
         [sys.executable, "-c", hold, f"{config.store}.lock"], stdout=subprocess.PIPE, text=True
     ) as holder:

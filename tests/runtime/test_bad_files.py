@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from agents.context import StoreError
-from agents.runtime import TranscriptError, inspect_store, replay_transcript
-from schemas import Domain, UsageError
+from ctxbus.agents.context import StoreError
+from ctxbus.agents.runtime import TranscriptError, inspect_store, replay_transcript
+from ctxbus.schemas import Domain, UsageError
 
 
 def test_inspecting_a_file_that_is_not_a_store_is_a_store_error(tmp_path: Path) -> None:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.context import ContextConfig, LocalContext, StoreError
-from agents.nudges import (
+from ctxbus.agents.context import ContextConfig, LocalContext, StoreError
+from ctxbus.agents.nudges import (
     REDUCE_TOOL_NAME,
     Channel1State,
     DropRangeTooLarge,
@@ -24,10 +24,10 @@ from agents.nudges import (
     Verdict,
     decide,
 )
-from agents.runtime import Agent, AgentConfig, inspect_store
-from agents.runtime._saved import CONFIG_KEY
-from bus import NatsClient
-from schemas import Domain, UsageError
+from ctxbus.agents.runtime import Agent, AgentConfig, inspect_store
+from ctxbus.agents.runtime._saved import CONFIG_KEY
+from ctxbus.bus import NatsClient
+from ctxbus.schemas import Domain, UsageError
 from tests.runtime._agents import Agents
 
 WIDE = ContextConfig(window=400_000, archive_threshold=400_000)
@@ -187,7 +187,7 @@ async def test_inspect_store_reads_settings_saved_by_another_build(
     assert [layer.budget for layer in inspect_store(str(store), str(domain))] == budgets, "a path and domain as text"
     _edit_saved_config(store, domain, legacy_knob=3)
 
-    with caplog.at_level(logging.WARNING, logger="agents.runtime"):
+    with caplog.at_level(logging.WARNING, logger="ctxbus.agents.runtime"):
         assert [layer.budget for layer in inspect_store(store, domain)] == budgets  # still ROOMY's window
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == [
         f"ignoring the context settings saved in {store} that this build does not have: legacy_knob"

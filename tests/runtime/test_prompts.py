@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from agents.context import ContextConfig, Tokenizer
-from agents.nudges import REDUCE_TOOL_NAME, REMINDER_CLOSE, REMINDER_OPEN, Band, strip_reminder_spans
-from agents.runtime import Agent, AgentConfig, ToolOutcome, replay_transcript
-from bus import NatsClient
-from schemas import Domain
+from ctxbus.agents.context import ContextConfig, Tokenizer
+from ctxbus.agents.nudges import REDUCE_TOOL_NAME, REMINDER_CLOSE, REMINDER_OPEN, Band, strip_reminder_spans
+from ctxbus.agents.runtime import Agent, AgentConfig, ToolOutcome, replay_transcript
+from ctxbus.bus import NatsClient
+from ctxbus.schemas import Domain
 from tests._providers import check_anthropic, check_openai, check_openai_layout
 from tests.context.conftest import anchors_dir
 from tests.runtime._agents import Agents

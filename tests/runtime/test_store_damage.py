@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from agents.context import LocalContext, StoreError, Tokenizer
-from agents.runtime import inspect_store
-from schemas import Domain
+from ctxbus.agents.context import LocalContext, StoreError, Tokenizer
+from ctxbus.agents.runtime import inspect_store
+from ctxbus.schemas import Domain
 
 DOMAIN = Domain.parse("alice/s1/t1")
 PAGE = 4096  # SQLite's default page size, which the stores use
@@ -99,7 +99,17 @@ def test_ctxbus_inspect_of_a_damaged_store_is_one_line_not_a_traceback(
     DAMAGES[damage][0](path)
     env = {**os.environ, "CTXBUS_STATE_DIR": str(tmp_path), "COLUMNS": "300"}
     out = subprocess.run(
-        [sys.executable, "-m", "coordinator.cli", "inspect", "a1", "--domain", str(DOMAIN), "--store", str(path)],
+        [
+            sys.executable,
+            "-m",
+            "ctxbus.coordinator.cli",
+            "inspect",
+            "a1",
+            "--domain",
+            str(DOMAIN),
+            "--store",
+            str(path),
+        ],
         capture_output=True,
         text=True,
         env=env,
@@ -114,7 +124,7 @@ def test_ctxbus_inspect_of_a_damaged_store_is_one_line_not_a_traceback(
 _FILL_THE_DISK = textwrap.dedent(
     """
     import json, os, resource, signal, sys
-    from agents.context import LocalContext, StoreError
+    from ctxbus.agents.context import LocalContext, StoreError
 
     path = sys.argv[1]
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # so a write past the limit fails with EFBIG

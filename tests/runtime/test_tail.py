@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agents.context import LocalContext
-from agents.runtime import TailAdapter
-from schemas import Domain
+from ctxbus.agents.context import LocalContext
+from ctxbus.agents.runtime import TailAdapter
+from ctxbus.schemas import Domain
 
 
 def test_each_result_shares_its_calls_identity(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from typing import get_args
 
 import pytest
 
-from schemas import AGENT_OPS, BriefOp, FoldDone, Proposal, Rejection, RejectionCode, refuse_agent_proposal
+from ctxbus.schemas import AGENT_OPS, BriefOp, FoldDone, Proposal, Rejection, RejectionCode, refuse_agent_proposal
 
 
 def test_every_op_but_fold_done_in_the_order_of_the_union() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from schemas import DOMAIN_TOKEN_MAX, Domain, InvalidDomain, UsageError
+from ctxbus.schemas import DOMAIN_TOKEN_MAX, Domain, InvalidDomain, UsageError
 
 
 def test_parse_and_render() -> None:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas import (
+from ctxbus.schemas import (
     DEFAULT_MAX_PAYLOAD,
     AddNote,
     BodyInvalid,
@@ -37,7 +37,7 @@ from schemas import (
     WireError,
     WrongMessageType,
 )
-from schemas._ids import unique_id
+from ctxbus.schemas._ids import unique_id
 
 DOMAIN = Domain.parse("alice/s1/t1")
 AnyEnvelope = Envelope[dict[str, Any]]
@@ -151,7 +151,7 @@ def test_oversize_is_refused_on_both_ends() -> None:
 
 
 def test_every_wire_error_is_a_ctxbus_error() -> None:
-    from schemas import CtxbusError
+    from ctxbus.schemas import CtxbusError
 
     for error in (DecodeError, SchemaVersionError, EnvelopeInvalid, PayloadTooLarge):
         assert issubclass(error, WireError)

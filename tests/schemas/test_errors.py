@@ -8,7 +8,7 @@ import msgpack
 import pytest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from schemas import (
+from ctxbus.schemas import (
     BriefSnapshot,
     Domain,
     Envelope,

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agents.context import LocalContext
-from agents.swarm._constraints import missing_from_brief, missing_from_pinned
-from agents.swarm._scenario import CACHE_GET_RULE, CONSTRAINTS, VENDOR_RULE, user_constraints
-from agents.swarm._worker import SWARM_CONTEXT
-from schemas import Domain
+from ctxbus.agents.context import LocalContext
+from ctxbus.agents.swarm._constraints import missing_from_brief, missing_from_pinned
+from ctxbus.agents.swarm._scenario import CACHE_GET_RULE, CONSTRAINTS, VENDOR_RULE, user_constraints
+from ctxbus.agents.swarm._worker import SWARM_CONTEXT
+from ctxbus.schemas import Domain
 
 DOMAIN = Domain.parse("sw/c1/constraints")
 BRIEF = "Task brief sw/c1/constraints @ rev 4\nConstraints:\n" + "\n".join(

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-import agents.swarm
-import schemas
+from ctxbus import schemas
+from ctxbus.agents import swarm
 
 
 @pytest.mark.parametrize("name", ["AgentResult", "Channel2Cycle", "Note", "Progress", "Refusal", "Tally"])
 def test_agents_swarm_reexports_the_schemas_model(name: str) -> None:
-    assert name in agents.swarm.__all__
-    assert getattr(agents.swarm, name) is getattr(schemas, name)
+    assert name in swarm.__all__
+    assert getattr(swarm, name) is getattr(schemas, name)

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from agents.nudges import REDUCE_TOOL_NAME
-from agents.runtime import Agent, AgentConfig
-from agents.swarm._model import ScriptedModel
-from agents.swarm._scenario import Propose
-from agents.swarm._worker import SWARM_CONTEXT
-from bus import NatsClient
-from schemas import AddNote, Committed, Domain
-from schemas._swarm_events import Tally
+from ctxbus.agents.nudges import REDUCE_TOOL_NAME
+from ctxbus.agents.runtime import Agent, AgentConfig
+from ctxbus.agents.swarm._model import ScriptedModel
+from ctxbus.agents.swarm._scenario import Propose
+from ctxbus.agents.swarm._worker import SWARM_CONTEXT
+from ctxbus.bus import NatsClient
+from ctxbus.schemas import AddNote, Committed, Domain
+from ctxbus.schemas._swarm_events import Tally
 from tests._support import fresh_domain, running_coordinator
 
 _Scripted = tuple[ScriptedModel, Tally, list[str]]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.swarm import (
+from ctxbus.agents.swarm import (
     AgentResult,
     AgentStatus,
     Channel2Cycle,
@@ -18,7 +18,7 @@ from agents.swarm import (
     Tally,
     UnreportedAgent,
 )
-from schemas import Domain
+from ctxbus.schemas import Domain
 
 CONFIG = SwarmConfig(nats_url="nats://127.0.0.1:1", domain=Domain.parse("t/s/swarm"), data_dir=Path("/nowhere"))
 HASH = "ab" * 32

@@ -9,12 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agents.context import Tokenizer
-from agents.swarm import MAX_AGENTS
-from agents.swarm._corpus import TOOLS, tool_output
-from agents.swarm._policy import dig_query as _dig_query
-from agents.swarm._scenario import ADOPTER, AdoptRejected, CompleteMine, Propose, agent_name, step
-from agents.swarm._worker import SWARM_CONTEXT
+from ctxbus.agents.context import Tokenizer
+from ctxbus.agents.swarm import MAX_AGENTS
+from ctxbus.agents.swarm._corpus import TOOLS, tool_output
+from ctxbus.agents.swarm._policy import dig_query as _dig_query
+from ctxbus.agents.swarm._scenario import ADOPTER, AdoptRejected, CompleteMine, Propose, agent_name, step
+from ctxbus.agents.swarm._worker import SWARM_CONTEXT
 
 REPO = Path(__file__).resolve().parents[2]
 

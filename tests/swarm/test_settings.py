@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.swarm import DEADLINE_FLOOR, InvalidSwarmConfig, SwarmConfig, check_settings
-from schemas import Domain
+from ctxbus.agents.swarm import DEADLINE_FLOOR, InvalidSwarmConfig, SwarmConfig, check_settings
+from ctxbus.schemas import Domain
 
 DOMAIN = Domain.parse("t/s/swarm")
 

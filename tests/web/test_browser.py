@@ -29,7 +29,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from agents.swarm import GOAL, REJECTED_OPTION, agent_name
+from ctxbus.agents.swarm import GOAL, REJECTED_OPTION, agent_name
 
 REJECTION_REASON_WORDS = "will not run Redis in production"
 LIMIT = 120.0
@@ -98,7 +98,7 @@ def shots(tmp_path: Path) -> Path:
 
 
 def test_the_page_follows_a_swarm_demo(browser: WebDriver, shots: Path, tmp_path: Path) -> None:
-    ctxbus = [sys.executable, "-m", "coordinator.cli"]
+    ctxbus = [sys.executable, "-m", "ctxbus.coordinator.cli"]
     run = tmp_path / "run"
     demo_out = tmp_path / "demo.out"
     env = {**os.environ, "COLUMNS": "200"}

@@ -21,9 +21,9 @@ import anyio
 import pytest
 from typer.testing import CliRunner
 
-from agents.context import ContextConfig
-from agents.runtime import Agent, AgentConfig
-from bus import (
+from ctxbus.agents.context import ContextConfig
+from ctxbus.agents.runtime import Agent, AgentConfig
+from ctxbus.bus import (
     PRESENCE_BUCKET,
     Bucket,
     BucketConfig,
@@ -36,10 +36,10 @@ from bus import (
     publish,
     subject,
 )
-from coordinator.cli import app
-from coordinator.cli._web import read_store, serving_web
-from coordinator.testing import CoordinatorFactory
-from schemas import AddDecision, Committed, Domain, Presence, Reject, Rejection, SetGoal
+from ctxbus.coordinator.cli import app
+from ctxbus.coordinator.cli._web import read_store, serving_web
+from ctxbus.coordinator.testing import CoordinatorFactory
+from ctxbus.schemas import AddDecision, Committed, Domain, Presence, Reject, Rejection, SetGoal
 from tests._support import fresh_domain, serving_coordinator
 from tests.web._http import Json, get, until
 
@@ -173,7 +173,7 @@ async def test_bad_parameters_get_a_clear_error_and_the_server_keeps_serving(nat
     domain = fresh_domain()
     async with serving_coordinator(nats_url) as serving:
         client = serving.client
-        from agents.brief import Proposer
+        from ctxbus.agents.brief import Proposer
 
         reply = await Proposer(client, domain, agent_id="a1").propose(SetGoal(text="goal"), key="k1", deadline=10)
         assert isinstance(reply, Committed)
@@ -277,7 +277,7 @@ def test_a_port_in_use_is_a_clear_error(nats_url: str) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         shown = subprocess.run(
-            [sys.executable, "-m", "coordinator.cli", "web", "--nats", nats_url, "--port", str(port)],
+            [sys.executable, "-m", "ctxbus.coordinator.cli", "web", "--nats", nats_url, "--port", str(port)],
             capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"},
         )  # fmt: skip
     assert shown.returncode == 2, shown.stderr

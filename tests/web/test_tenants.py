@@ -8,8 +8,8 @@ from pathlib import Path
 
 import anyio
 
-from agents.brief import PresenceBeacon, Proposer
-from bus import (
+from ctxbus.agents.brief import PresenceBeacon, Proposer
+from ctxbus.bus import (
     PRESENCE_BUCKET,
     AuthStore,
     Bucket,
@@ -28,9 +28,9 @@ from bus import (
     publish,
     subject,
 )
-from coordinator import Coordinator, CoordinatorConfig
-from coordinator.cli._web import read_store, serving_web
-from schemas import AddNote, Committed, Domain, Presence
+from ctxbus.coordinator import Coordinator, CoordinatorConfig
+from ctxbus.coordinator.cli._web import read_store, serving_web
+from ctxbus.schemas import AddNote, Committed, Domain, Presence
 from tests.web._http import get, until
 
 ACME = Domain.parse("acme/s1/t1")

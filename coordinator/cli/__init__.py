@@ -1,9 +1,0 @@
-"""The `ctxbus` command line: the composition root that wires the packages for users.
-
-Environment variables and flags are read here and nowhere else; everything below
-receives typed settings objects. Nothing imports this package.
-"""
-
-from coordinator.cli._app import app, main
-
-__all__ = ["app", "main"]

@@ -1,0 +1,645 @@
+"""Compose: fit the three layers into the budget and render the prompt.
+
+Every cost comes from counts cached at ingest (or when a summary entry or constraint
+record was written), so a compose over a 128k window adds integers instead of
+tokenizing. What is given up when the prompt is over budget, in order:
+
+1. expired messages (low-value chat dropped, the rest summarized);
+2. soft pins over the pinned cap, then long hard pins cut to their constraint sentences;
+3. the least valuable units of rolling outside the protected window, into the summary
+   (whose oldest entries are merged to keep it under its cap);
+4. only when the rest alone is over budget: summary entries, remaining pins, the
+   protected window, and last, hard constraints (reported, never silent) and the brief.
+
+The system message (the host's prompt, or the mode's template) is never given up: it
+is what the host said the model is, and a prompt that cannot hold it is an error.
+
+All of that happens only at a rebuild (docs/ARCHITECTURE.md section 3). Between rebuilds
+a compose only appends to the previous prompt, so a provider's prompt cache serves it:
+it rebuilds past the high-water mark (evicting down to the low-water mark), when the
+cache has likely expired, or when something under the head changed (`HeadState.due`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from ctxbus.agents.context._classify import SHORT_RULE_CHARS, has_constraint
+from ctxbus.agents.context._config import LayerBudgets
+from ctxbus.agents.context._delta import brief_delta
+from ctxbus.agents.context._errors import InputTooLarge, InvalidConfig
+from ctxbus.agents.context._modes import ModeDescriptor
+from ctxbus.agents.context._records import LOW_VALUE_KINDS, Entry, Shown, eviction_value
+from ctxbus.agents.context._render import OPENING, PINNED_HEADER, SUMMARY_HEADER, Plan, late_pins, render
+from ctxbus.agents.context._report import Composition, Trim, TrimReason, log_trim, logger
+from ctxbus.agents.context._state import ContextState, Delta, Queued
+from ctxbus.agents.context._summary import Summarizer
+from ctxbus.agents.context._wire import STANDIN_RESULT
+from ctxbus.schemas import MESSAGE_KINDS
+
+__all__ = ["compose", "protected_units"]
+
+_BRIEF_HEADER = "[shared brief]\n"
+_MIN_SUMMARY_TARGET = 12
+"""A summary cap below this many tokens holds nothing useful: entries are dropped instead."""
+_MERGED_MAX = 512
+"""Largest entry a merge of two produces. Keeping entries small keeps each merge (one
+count of the merged text) cheap, so composes stay fast at large windows."""
+_SHRINK_ATTEMPTS = 4
+"""Times a lone summary entry over its room is merged again, smaller, before it goes."""
+
+
+_BINDING_KINDS = frozenset({"conclusion", "task_state", "knowledge"})
+_ROLE_RANK = {"user": 2, "system": 1}
+
+
+def _pin_rank(e: Entry) -> tuple[int, int]:
+    """Order in which pins give way: the assistant's first, the user's last, oldest first."""
+    return _ROLE_RANK.get(e.role, 0), e.tag
+
+
+def _may_bind(e: Entry) -> bool:
+    """Whether a constraint in this message binds later turns.
+
+    User and system text is checked at ingest already; conclusions, task state and
+    knowledge (say, an agreed decision the assistant wrote down) are checked when they are
+    summarized. Tool output and plain assistant chat are not: "must" there describes code
+    or a plan, not a rule.
+    """
+    return e.role in ("user", "system") or e.kind in _BINDING_KINDS
+
+
+def protected_units(visible: list[Entry], recent: int) -> set[int]:
+    """Units of the newest `recent` visible messages: eviction does not touch them."""
+    return {e.unit for e in visible[len(visible) - recent :]} if recent else set()
+
+
+def compose(
+    state: ContextState,
+    summarizer: Summarizer,
+    mode: ModeDescriptor,
+    user_input: str,
+    brief: str | None,
+    *,
+    now: float,
+    domain: str,
+    count: Callable[[str], int],
+) -> Composition:
+    """Fit the layers to the budget (trimming as needed) and render the prompt.
+
+    :param count: a cached token counter for texts that repeat across composes (the
+        system text, the brief, headers).
+    :raises InvalidConfig: if the system prompt (the host's, or the mode's) alone does
+        not fit the window.
+    :raises InputTooLarge: if `user_input` alone does not fit.
+    """
+    return _Run(state, summarizer, mode, user_input, brief, now, domain, count).execute()
+
+
+class _Run:
+    """The working state of one compose."""
+
+    def __init__(
+        self,
+        state: ContextState,
+        summarizer: Summarizer,
+        mode: ModeDescriptor,
+        user_input: str,
+        brief: str | None,
+        now: float,
+        domain: str,
+        count: Callable[[str], int],
+    ) -> None:
+        self.st = state
+        self.cfg = state.config
+        self.summarizer = summarizer
+        self.mode = mode
+        self.now = now
+        self.domain = domain
+        self.count = count
+        self.ov = self.cfg.message_overhead
+        host = self.cfg.system_prompt
+        self.sys_text = host if host is not None else mode.system_text
+        self.sys_cost = count(self.sys_text) + self.ov
+        self.user_input = user_input
+        self.input_cost = state.tokenizer.count(user_input) + self.ov if user_input else 0
+        # The system prompt may take its reserve plus all of the layers' room; past that it
+        # is the prompt that does not fit, whatever the input, and blaming the input misleads.
+        room = self.cfg.window - self.cfg.reserve_output
+        if self.sys_cost > room:
+            whose = "the host's system prompt" if host is not None else f"mode {mode.name!r}'s system prompt"
+            fix = "shorten it" if host is not None else "shorten the mode's system template"
+            raise InvalidConfig(
+                f"{whose} takes {self.sys_cost:,} tokens, over the {room:,} tokens the window leaves for it "
+                f"after the output reserve; {fix} or use a model with a larger window"
+            )
+        excess = max(0, self.sys_cost - self.cfg.reserve_system)
+        self.layers_cap = self.cfg.available - excess - self.input_cost
+        if self.layers_cap < 0:
+            raise InputTooLarge(self.input_cost, self.cfg.available - excess)
+        self.b: LayerBudgets = self.cfg.budgets(self.layers_cap)
+        self.head_brief = brief
+        self.brief = f"{_BRIEF_HEADER}{brief}" if brief else None
+        self.brief_tokens = count(self.brief) if self.brief else 0
+        self.summary_header = count(SUMMARY_HEADER)
+        self.pinned_header = count(PINNED_HEADER)
+        self.standin_cost = count(STANDIN_RESULT) + self.ov
+        """A call shown with no result gets a stand-in result (see `agents.context._wire`)."""
+        self.opening = False
+        """Whether the head is `OPENING` alone: nothing else would come before an
+        assistant message (see `needs_opening`)."""
+        self.opening_cost = count(OPENING) + self.ov
+        self.trims: list[Trim] = []
+        self.promoted: list[int] = []
+        self.notes: list[str] = []
+        self.omitted: set[int] = set()
+        self.merges = 0
+        self.batch: list[Entry] = []
+        self.pinned_overflow = 0
+        self.evicted = False
+        head = state.head
+        self.rebuild: str | None = head.due
+        """Why this compose rebuilds the head, or None while it only appends."""
+        if self.rebuild is None and head.composed_at is not None and now - head.composed_at > self.cfg.cache_lifetime:
+            self.rebuild = "cache_expired"
+        self.seen_brief = brief
+        if self.rebuild is None and brief != head.seen_brief:
+            if brief is None or head.seen_brief is None or head.brief_text != f"{_BRIEF_HEADER}{head.brief}":
+                self.rebuild = "brief"  # no brief to change (or one cut to fit): the head shows it afresh
+        # Everything below follows from whether this compose starts as a rebuild.
+        self.queued: dict[int, Queued] = {} if self.rebuild else head.queued
+        """Drops queued until the next rebuild: shown as they were (see `ContextState.drop`)."""
+        self.stable = 0 if self.rebuild else head.tail_length
+        """Tail messages the previous compose showed too (see `Prompt.stable`)."""
+        self.deltas: tuple[Delta, ...] = ()
+        """Changes of the brief since the last rebuild, shown in the tail."""
+        self.boundary: int | None = None if self.rebuild else head.boundary
+        """Pins and records from this tag on show in the tail; None while rebuilding (then
+        it is the oldest message the rolling layer shows, as it goes)."""
+        if self.rebuild is None:
+            self.opening = head.opening
+            self.omitted = set(head.omitted)
+            self.brief, self.brief_tokens = head.brief_text, head.brief_tokens
+            self.deltas = head.deltas
+            if brief != head.seen_brief:
+                assert brief is not None and head.seen_brief is not None
+                text = brief_delta(head.seen_brief, brief)
+                shown = Shown.said(-1 - len(self.deltas), text)
+                self.deltas += (Delta(state.next_tag - 1, shown, count(text)),)
+
+    # -- costs -------------------------------------------------------------------------
+
+    def pinned_cost(self) -> int:
+        """The pinned layer with the brief, which shares its cap."""
+        return self.rules_cost() + self.brief_cost()
+
+    def brief_cost(self) -> int:
+        """The brief in the head and its deltas in the tail."""
+        head = self.brief_tokens + 1 + self.ov if self.brief else 0
+        return head + sum(d.tokens + self.ov for d in self.deltas)
+
+    def rules_cost(self) -> int:
+        """The pinned layer without the brief: pinned messages and constraint records, and
+        the opening line when the head is that alone. A pin shown in the tail (newer than
+        the rolling layer's oldest message shown) is a message of its own there."""
+        first = self.first_rolling()
+        items = 0
+        total = self.opening_cost if self.opening else 0
+        for e in self.st.pinned:
+            if e.tag in self.omitted:
+                continue
+            if e.tag >= first:
+                total += e.shown_tokens + self.ov
+            else:
+                items += 1
+                total += e.shown_tokens + 1
+        for tag, record in self.st.records.items():
+            if tag not in self.omitted and self.st.entries[tag - 1].layer != "pinned":
+                items += 1
+                total += record.tokens + 1
+        return total + (self.ov + self.pinned_header if items else 0)
+
+    def first_rolling(self) -> int:
+        """Where the tail starts: the tag of the oldest message the rolling layer shows, or
+        one past the newest tag when it shows none. Between rebuilds, where it started at
+        the last one (`HeadState.boundary`): the head holds what is older."""
+        if self.boundary is not None:
+            return self.boundary
+        for e in self.visible:
+            if e.layer == "rolling":
+                return e.tag
+        return self.st.next_tag
+
+    def summary_cost(self) -> int:
+        if not self.st.summaries:
+            return 0
+        return self.ov + self.summary_header + self.st.summary_tokens
+
+    # -- the plan ----------------------------------------------------------------------
+
+    def needs_opening(self) -> bool:
+        """Whether the prompt would show no user message before its first other message
+        (nothing in the head, and the tail starting with an assistant turn) or no message
+        at all after the system one: user-first APIs refuse both."""
+        st, omitted = self.st, self.omitted
+        if self.summary_cost() or self.brief:
+            return False
+        if any(tag not in omitted and st.entries[tag - 1].layer != "pinned" for tag in st.records):
+            return False
+        rolling = [e for e in self.visible if e.layer == "rolling"]
+        late = late_pins(st, self.first_rolling(), omitted)
+        if any(e.tag not in omitted and e not in late for e in st.pinned):
+            return False  # a pin in the head
+        first = min(rolling[:1] + late[:1], key=lambda e: e.tag, default=None)
+        return first.role == "assistant" if first is not None else not self.user_input
+
+    def execute(self) -> Composition:
+        self._measure()
+        if self.rebuild is None:
+            if self._expiring():
+                self.rebuild = "expired"
+            elif not self.opening and self.needs_opening():
+                self.rebuild = "opening"  # the prompt would show no user message (see `needs_opening`)
+            elif self.total() <= self.layers_cap * self.cfg.high_water:
+                self.st.composed(self.now, seen_brief=self.seen_brief, deltas=self.deltas)
+                return self._render()
+            else:
+                self.rebuild = "pressure"
+            self.boundary = None
+            self.opening = False  # the rebuild decides afresh
+            self.omitted, self.deltas, self.stable = set(), (), 0
+            if self.queued:  # applied now: the rebuild shows their placeholders
+                self.queued = {}
+                self._measure()
+            self.brief = f"{_BRIEF_HEADER}{self.head_brief}" if self.head_brief else None
+            self.brief_tokens = self.count(self.brief) if self.brief else 0
+        self._expire()
+        while self.pinned_cost() > self.b.pinned and self._demote_one():
+            self._measure()
+        if self.rebuild in ("pressure", "cache_expired"):
+            self._lower()
+        self._fit()
+        if self.needs_opening():
+            # Room for the line is taken from the layers and the fit run again; what it
+            # evicts may make a summary, which then opens the prompt instead.
+            self.layers_cap -= self.opening_cost
+            self._fit()
+            self.opening = self.needs_opening()
+        if self.evicted:
+            self.st.prune_rolling()
+        self.pinned_overflow = max(0, self.pinned_cost() - self.b.pinned)
+        self.boundary = self.first_rolling()
+        self.st.head_rebuilt(
+            boundary=self.boundary,
+            opening=self.opening,
+            brief=self.head_brief,
+            brief_text=self.brief,
+            brief_tokens=self.brief_tokens,
+            omitted=self.omitted,
+            now=self.now,
+        )
+        return self._render()
+
+    def _render(self) -> Composition:
+        result = render(self.plan())
+        self.st.tail_shown(result.tail_length)
+        return result
+
+    def plan(self) -> Plan:
+        """What this compose decided, fixed, for the render."""
+        assert self.boundary is not None
+        return Plan(
+            st=self.st,
+            mode=self.mode,
+            domain=self.domain,
+            budget=self.cfg.window - self.cfg.reserve_output,
+            ov=self.ov,
+            b=self.b,
+            sys_text=self.sys_text,
+            sys_cost=self.sys_cost,
+            user_input=self.user_input,
+            input_cost=self.input_cost,
+            brief=self.brief,
+            brief_tokens=self.brief_tokens,
+            opening=self.opening,
+            opening_cost=self.opening_cost,
+            omitted=frozenset(self.omitted),
+            boundary=self.boundary,
+            rebuild=self.rebuild,
+            deltas=self.deltas,
+            stable=self.stable,
+            queued=self.queued,
+            rules_cost=self.rules_cost(),
+            summary_cost=self.summary_cost(),
+            brief_cost=self.brief_cost(),
+            standin_cost=self.standin_cost,
+            trims=tuple(self.trims),
+            promoted=tuple(self.promoted),
+            notes=tuple(self.notes),
+            merges=self.merges,
+            pinned_overflow=self.pinned_overflow,
+        )
+
+    def total(self) -> int:
+        """What the layers cost as they stand."""
+        return self.pinned_cost() + self.summary_cost() + self.rolling_cost
+
+    def _expiring(self) -> bool:
+        """Whether a message in the prompt has outlived its ttl."""
+        return any(
+            (e := self.st.entries[tag - 1]).layer in ("rolling", "pinned") and e.expired(self.now)
+            for tag in self.st.ttl_tags
+        )
+
+    def _lower(self) -> None:
+        """Evict by value down to the low-water mark: the turns after this rebuild then
+        only append, until the prompt reaches the high-water mark again."""
+        low = int(self.layers_cap * self.cfg.low_water)
+        # What is evicted is summarized, and the summary grows: evict again until the
+        # whole is down to the mark (or nothing outside the protected window is left).
+        while (over := self.total() - low) > 0 and self._evict_by_value(over):
+            self._flush_batch()
+
+    def _measure(self) -> None:
+        """(Re)compute the visible rolling messages, their cost and the protected units.
+
+        Linear in the rolling layer but only attribute reads: units are looked up in the
+        state's unit index and candidates are taken lazily from the oldest end.
+        """
+        kinds = self.mode.kinds
+        rolling = self.st.rolling
+        if len(kinds) == len(MESSAGE_KINDS):
+            self.visible = [e for e in rolling if e.layer == "rolling"] if self.evicted else list(rolling)
+        else:
+            self.visible = [e for e in rolling if e.layer == "rolling" and e.kind in kinds]
+        self.rolling_cost = sum([e.shown_tokens for e in self.visible]) + self.ov * len(self.visible)
+        if self.st.unanswered:
+            self.rolling_cost += sum(self._standins(e) for e in self.visible)
+        for tag, queued in self.queued.items():
+            e = self.st.entries[tag - 1]
+            if e.layer == "rolling" and e.kind in kinds:
+                self.rolling_cost += queued.tokens - e.shown_tokens
+        self.protected = protected_units(self.visible, self.cfg.protected_recent)
+        self.newest = self.visible[-1].tag if self.visible else 0
+        self.candidates = self._candidates()
+        self.window: list[int] = []
+        self.values: dict[int, float] = {}
+
+    def _standins(self, e: Entry) -> int:
+        waiting = self.st.unanswered.get(e.tag)
+        return len(waiting) * self.standin_cost if waiting else 0
+
+    def _candidates(self) -> Iterator[int]:
+        """Unprotected units in rolling, oldest first, each once."""
+        seen: set[int] = set()
+        for e in self.visible:
+            unit = e.unit
+            if unit in seen or unit in self.protected or e.layer != "rolling":
+                continue
+            seen.add(unit)
+            yield unit
+
+    def _members(self, unit: int) -> list[Entry]:
+        kinds = self.mode.kinds
+        return [e for e in self.st.members(unit) if e.layer == "rolling" and e.kind in kinds]
+
+    def _expire(self) -> None:
+        if not self.st.ttl_tags:
+            return
+        due: list[int] = []
+        for tag in sorted(self.st.ttl_tags):
+            e = self.st.entries[tag - 1]
+            if e.expired(self.now):
+                self.st.forget_record(tag)  # a long message's constraints outlive its layer
+            if e.layer not in ("rolling", "pinned"):
+                self.st.forget_ttl(tag)
+            elif e.expired(self.now):
+                if e.layer == "pinned":
+                    self.st.demote(e)
+                    self._trim(e, "expired", "pinned", "rolling", e.shown_tokens)
+                    self._measure()
+                if e.kind in self.mode.kinds and e.unit not in self.protected and e.unit not in due:
+                    due.append(e.unit)
+        for unit in due:
+            self._evict(self._members(unit), "expired")
+        self._flush_batch()
+
+    def _fit(self) -> None:
+        while True:
+            over = self.pinned_cost() + self.summary_cost() + self.rolling_cost - self.layers_cap
+            if over <= 0:
+                return
+            if self._evict_by_value(over):
+                self._flush_batch()
+            elif self.st.summaries:
+                self._drop_summary(0)
+            elif self._demote_one():
+                self._measure()
+            elif self._evict_protected():
+                self._note("the protected recent window alone is over budget; evicting inside it")
+                self._flush_batch()
+            elif self._omit_newest_hard():
+                self._note("hard constraints alone exceed the budget; the newest are left out of this prompt")
+            elif self.brief:
+                self._cut_brief(over)
+            else:
+                return
+
+    def _evict_by_value(self, over: int) -> int:
+        """Evict the least valuable unprotected units until `over` tokens are freed.
+
+        Only the oldest `eviction_scan` units are weighed against each other: age is part
+        of value anyway, and it keeps each pick cheap on long histories.
+        """
+        freed = 0
+        scan = self.cfg.eviction_scan
+        window = self.window
+        while freed < over:
+            while len(window) < scan:
+                unit = next(self.candidates, None)
+                if unit is None:
+                    break
+                window.append(unit)
+            if not window:
+                break
+            unit = min(window, key=self._unit_value)
+            window.remove(unit)
+            freed += self._evict(self._members(unit), "low_value")
+        return freed
+
+    def _unit_value(self, unit: int) -> tuple[float, int]:
+        value = self.values.get(unit)
+        if value is None:
+            members = self._members(unit)
+            value = max((eviction_value(e, self.newest) for e in members), default=0.0)
+            self.values[unit] = value
+        return (value, unit)
+
+    def _evict_protected(self) -> bool:
+        """Evict the oldest protected unit (only when nothing else is left to give);
+        False if none has anything this mode can evict (or `_fit` would loop forever)."""
+        for e in self.visible:
+            if e.layer == "rolling" and e.unit in self.protected and (members := self._members(e.unit)):
+                self._evict(members, "over_budget")
+                return True
+        return False
+
+    def _evict(self, members: list[Entry], reason: TrimReason) -> int:
+        freed = 0
+        for e in members:
+            cost = e.shown_tokens + self.ov + self._standins(e)
+            freed += cost
+            expired = e.expired(self.now)
+            if (
+                e.state == "dropped"
+                or e.kind == "synthetic"
+                or (expired and e.kind in LOW_VALUE_KINDS and e.importance < 0.5)
+            ):
+                self.st.place(e, "gone")
+                destination = "dropped"
+            else:
+                self.st.place(e, "summary")
+                destination = "summary"
+                self.batch.append(e)
+            self._trim(e, "expired" if expired else reason, "rolling", destination, e.shown_tokens)
+        self.rolling_cost -= freed
+        self.evicted = True
+        return freed
+
+    def _flush_batch(self) -> None:
+        """Summarize what was just evicted, promote constraints found in it, fit the summary."""
+        if not self.batch:
+            return
+        # Evicted by value, but summarized (and ranged) oldest first, as `Summarizer` promises.
+        batch, self.batch = sorted(self.batch, key=lambda e: e.tag), []
+        text = self.summarizer.summarize([e.to_message() for e in batch])
+        if text.strip():
+            self.st.add_summary(batch[0].tag, batch[-1].tag, text)
+        for e in batch:
+            # An expired message no longer binds: promoting it would re-pin what its ttl
+            # just took out (its text still reaches the summary above).
+            if e.expired(self.now):
+                continue
+            if _may_bind(e) and e.tag not in self.st.records and has_constraint(e.content):
+                if self.st.record_constraints(e) is not None:
+                    self.promoted.append(e.tag)
+                    logger.info(
+                        "context promote §%s§ constraint to pinned",
+                        e.tag,
+                        extra={"event": "promote", "domain": self.domain, "msg_id": e.id, "tag": e.tag},
+                    )
+        self._fit_summary()
+
+    def _fit_summary(self) -> None:
+        """Merge the oldest summary entries until the layer is under its cap."""
+        st = self.st
+        while st.summaries and self.summary_cost() > self.b.summary:
+            if len(st.summaries) >= 2:
+                first, second = st.summaries[0], st.summaries[1]
+                target = max(_MIN_SUMMARY_TARGET, min((first.tokens + second.tokens) * 2 // 3, _MERGED_MAX))
+                text = self.summarizer.merge([first.text, second.text], target)
+                tokens = self.count_once(text)
+                if not text.strip() or tokens >= first.tokens + second.tokens:
+                    self._drop_summary(0)
+                    continue
+                st.update_summary(first, text, tokens, second.first_tag, second.last_tag)
+                st.remove_summary(1)
+            else:
+                only = st.summaries[0]
+                shrunk = self._shrink(only.text, self.b.summary - self.ov - self.summary_header - 1)
+                if shrunk is None:
+                    self._drop_summary(0)
+                    continue
+                st.update_summary(only, *shrunk, only.first_tag, only.last_tag)
+            self.merges += 1
+
+    def _shrink(self, text: str, limit: int) -> tuple[str, int] | None:
+        """`text` merged down to `limit` tokens at most, and its count; None if it cannot be.
+
+        The summarizer aims in characters and may miss: it is asked again with its target
+        cut by how far it missed, a few times, before the entry is given up.
+        """
+        target = limit
+        for _ in range(_SHRINK_ATTEMPTS):
+            if target < _MIN_SUMMARY_TARGET:
+                return None
+            merged = self.summarizer.merge([text], target)
+            tokens = self.count_once(merged) if merged.strip() else 0
+            if not tokens:
+                return None
+            if tokens <= limit:
+                return merged, tokens
+            target = target * limit // tokens - 1
+        return None
+
+    def count_once(self, text: str) -> int:
+        return self.st.tokenizer.count(text)
+
+    def _drop_summary(self, index: int) -> None:
+        entry = self.st.remove_summary(index)
+        trim = Trim(None, f"summary-{entry.id}", "over_budget", "summary", "archive", entry.tokens)
+        self.trims.append(trim)
+        log_trim(self.domain, trim)
+
+    def _demote_one(self) -> bool:
+        """Demote the oldest soft pin, else cut the oldest long hard pin to its constraints
+        (`st.pinned` is in tag order, however late a message was pinned). The assistant's
+        pins go before the system's, and those before the user's; a rule shorter than
+        `SHORT_RULE_CHARS` is never cut (its record would be its trigger sentence alone)."""
+        st = self.st
+        soft = min((e for e in st.pinned if e.pin == "soft"), key=_pin_rank, default=None)
+        if soft is not None:
+            st.demote(soft)
+            self._trim(soft, "over_budget", "pinned", "rolling", soft.shown_tokens)
+            return True
+        for e in sorted(st.pinned, key=_pin_rank):
+            if e.tag in self.omitted or len(e.content) <= SHORT_RULE_CHARS:
+                continue
+            record = st.record_constraints(e, compact=True)
+            if record is not None and record.tokens < e.shown_tokens:
+                st.demote(e)
+                self._trim(e, "over_budget", "pinned", "constraint", e.shown_tokens)
+                return True
+        return False
+
+    def _omit_newest_hard(self) -> bool:
+        shown = [e.tag for e in self.st.pinned if e.tag not in self.omitted]
+        shown += [
+            tag for tag in self.st.records if tag not in self.omitted and self.st.entries[tag - 1].layer != "pinned"
+        ]
+        if not shown:
+            return False
+        newest = max(shown)
+        self.omitted.add(newest)
+        logger.warning(
+            "context: hard constraint §%s§ left out: hard constraints alone exceed the budget",
+            newest,
+            extra={"event": "hard_omitted", "domain": self.domain, "tag": newest},
+        )
+        return True
+
+    def _cut_brief(self, over: int) -> None:
+        assert self.brief is not None
+        lines = self.brief.splitlines()
+        allowed = self.brief_tokens - over
+        best: tuple[str, int] | None = None
+        low, high = 1, len(lines) - 1
+        while low <= high:
+            keep = (low + high) // 2
+            text = "\n".join(lines[:keep]) + f"\n[brief cut: {len(lines) - keep} lines left out]"
+            tokens = self.count_once(text)
+            if tokens <= allowed:
+                best, low = (text, tokens), keep + 1
+            else:
+                high = keep - 1
+        self.brief, self.brief_tokens = best if best else (None, 0)
+        self._note("the shared brief was cut to fit the budget")
+
+    def _trim(self, e: Entry, reason: TrimReason, source: str, destination: str, tokens: int) -> None:
+        trim = Trim(e.tag, e.id, reason, source, destination, tokens)
+        self.trims.append(trim)
+        log_trim(self.domain, trim)
+
+    def _note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
