@@ -7,6 +7,7 @@ import dataclasses
 import re
 from typing import Final
 
+import nats.js.errors
 from nats.js import JetStreamContext, api
 
 from ctxbus.bus._errors import BusError, BusUnavailable, NoResponders, NotFound, Refused, StreamMissing
@@ -29,6 +30,11 @@ STREAM_NAME_IN_USE: Final = 10058
 NO_SUITABLE_PEERS: Final = 10005
 """err_code of add_stream when the cluster cannot place the copies: too few nodes, or
 nodes the metadata leader has not heard from yet (a cluster that has just formed)."""
+CLUSTER_NOT_AVAILABLE: Final = 10008
+"""err_code of a JetStream request a cluster cannot serve yet ("JetStream system
+temporarily unavailable"): no metadata leader, during an election."""
+_SETTLING: Final = frozenset({NO_SUITABLE_PEERS, CLUSTER_NOT_AVAILABLE})
+"""err_codes that may pass as a cluster settles: see `may_pass`."""
 
 EXPECTED_LAST_SUBJECT_SEQ: Final = "Nats-Expected-Last-Subject-Sequence"
 """Header of a write that must find its subject's last message at this sequence."""
@@ -43,10 +49,12 @@ _ACTUAL_SEQ = re.compile(r"wrong last sequence:\s*(\d+)")
 
 def may_pass(exc: BusError) -> bool:
     """Whether creating a stream may succeed later, as the bus settles: no answer in
-    time, or a cluster that cannot place the copies yet. Not for a server without
-    JetStream (nobody answers) or a config it refuses."""
-    if isinstance(exc, Refused):
-        return exc.err_code == NO_SUITABLE_PEERS
+    time, or JetStream saying it cannot yet (a cluster still electing, or one whose
+    metadata leader has not heard from every node). Not what JetStream refuses for good
+    (more copies than a single server keeps, a bad config) nor a server without it."""
+    cause = exc.__cause__
+    if isinstance(cause, nats.js.errors.APIError):  # JetStream answered, and said why
+        return cause.err_code in _SETTLING
     return isinstance(exc, BusUnavailable) and not isinstance(exc, NoResponders)
 
 
