@@ -33,11 +33,11 @@ class LoopbackCluster(ProcessGroup):
 
     Nodes are named `n1`, `n2`, ... (their JetStream server names), each with its own
     data dir `base_dir/nN` and client port, kept across restarts, so a killed node can be
-    started again and rejoin. `start()` returns once JetStream has elected a metadata
-    leader, so R3 streams can be created; for a moment more (until the leader has heard
-    from every node), or on a loaded machine, a creation may still fail with an error
-    `may_pass` lets through, which a starting coordinator waits out. After a node dies,
-    a stream it led has no leader until the others elect one: `wait_for_leader` waits.
+    started again and rejoin. `start()` returns once every node knows the JetStream
+    metadata leader, so R3 streams can be created right away (on a loaded machine one
+    may still fail with an error `may_pass` lets through, which a starting coordinator
+    waits out). After a node dies, a stream it led has no leader until the others elect
+    one: `wait_for_leader` waits for that.
 
     :param port: the first node's client port; the others take the ports after it. 0
         (the default) gives every node a free port.
@@ -99,7 +99,7 @@ class LoopbackCluster(ProcessGroup):
         return f"<LoopbackCluster {self.name!r} {len(self.running)}/{len(self.nodes)} nodes running>"
 
     def start(self) -> Self:
-        """Start every node and wait for a JetStream metadata leader.
+        """Start every node and wait until each knows the JetStream metadata leader.
 
         :raises ServerError: if a node fails to start or no leader is elected in time.
         """
@@ -168,8 +168,9 @@ class LoopbackCluster(ProcessGroup):
     def _wait_for_meta_leader(self, offsets: list[int]) -> None:
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
-            for node, offset in zip(self.nodes, offsets, strict=True):
-                if _META_LEADER_LINE in node.read_log(offset):
-                    return
+            if all(
+                _META_LEADER_LINE in node.read_log(offset) for node, offset in zip(self.nodes, offsets, strict=True)
+            ):
+                return
             time.sleep(0.05)
         raise ServerError(f"no JetStream metadata leader elected within {self.start_timeout:.0f}s")
