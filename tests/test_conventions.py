@@ -75,6 +75,7 @@ def test_only_bus_touches_nats(path: Path) -> None:
         "ctxbus.agents.swarm",
         "ctxbus.agents.adapters.langchain",
         "ctxbus.agents.adapters.autogen",
+        "ctxbus.agents.adapters.openai_agents",
         "ctxbus.coordinator",
     ],
 )
