@@ -267,12 +267,15 @@ RUNNERS = {"langchain": run_langchain, "autogen": run_autogen}
 # -- the process ---------------------------------------------------------------------------
 
 
-def summary(agent: Agent, policy: Policy) -> list[list[dict[str, Any]]]:
+def summary(
+    agent: Agent, prompts: Sequence[Sequence[Mapping[str, Any]]], *, rejected: str = REJECTED
+) -> list[list[dict[str, Any]]]:
     """Each prompt the model was shown, message by message: role, the tag it opens with,
-    its tokens, its calls or the call it answers, whether it carries a reminder."""
+    its tokens, its calls or the call it answers, whether it carries a reminder or names
+    the `rejected` option."""
     count = agent.context.tokenizer.count
     out = []
-    for prompt in policy.prompts:
+    for prompt in prompts:
         rows = []
         for m in prompt:
             text = _content(m)
@@ -287,7 +290,7 @@ def summary(agent: Agent, policy: Policy) -> list[list[dict[str, Any]]]:
                     "calls": calls,
                     "answers": m.get("tool_call_id"),
                     "reminder": REMINDER in text,
-                    "names_rejected": REJECTED in text,
+                    "names_rejected": rejected in text,
                     "text": text if m["role"] == "tool" and len(text) < 2000 else "",
                 }
             )
@@ -309,7 +312,7 @@ async def main(args: argparse.Namespace) -> None:
                 "final": final,
                 "window": args.window,
                 "history_tokens": history,
-                "prompts": summary(agent, policy),
+                "prompts": summary(agent, policy.prompts),
                 "reduces": policy.reduces,
                 "adoption": policy.adoption,
                 "bad_call": policy.bad_call,

@@ -14,6 +14,7 @@ import pytest
 
 from ctxbus.agents.brief import BriefReplica
 from tests._support import fresh_domain, serving_coordinator
+from tests.adapters._checks import calls_and_answers, reduces_taking_effect
 from tests.adapters._worker import REJECTED
 
 WINDOW = 32_000
@@ -65,18 +66,6 @@ async def ran(framework: str, nats_url: str, tmp_path_factory: pytest.TempPathFa
     return results
 
 
-def calls_and_answers(prompt: list[dict[str, Any]]) -> None:
-    """Every call is answered right after its turn, and every result answers one."""
-    i = 0
-    while i < len(prompt):
-        message = prompt[i]
-        assert message["role"] != "tool", f"a result answering no call of the turn before it: {message}"
-        calls = message["calls"]
-        answered = [m["answers"] for m in prompt[i + 1 : i + 1 + len(calls)]]
-        assert answered == calls, f"calls {calls} answered by {answered}"
-        i += 1 + len(calls)
-
-
 async def test_two_agents_share_a_brief_inside_their_windows(framework: str, ran: dict[str, Any]) -> None:
     lead, follower = ran["lead"], ran["follower"]
     for result in (lead, follower):
@@ -96,18 +85,8 @@ async def test_a_reminder_reaches_the_model_and_its_ctx_reduce_takes_effect(
     prompts = lead["prompts"]
     assert any(m["reminder"] for prompt in prompts for m in prompt if m["role"] == "tool")
     assert lead["reduces"], "the model was never shown a reminder naming tags"
-    took_effect = []
-    for index, dropped in lead["reduces"]:
-        before = {m["tag"]: m["tokens"] for m in prompts[index] if m["tag"] in dropped}
-        assert any(tokens > 500 for tokens in before.values()), before  # whole logs were shown
-        # Below urgent a drop waits for the context's next rebuild, so the cached prefix
-        # is kept: until then the messages are shown as they were, then as placeholders.
-        for prompt in prompts[index + 1 :]:
-            after = {m["tag"]: m["tokens"] for m in prompt if m["tag"] in dropped}
-            if all(after.get(tag, 0) < 60 for tag in dropped):
-                took_effect.append(index)
-                break
-            assert after == before, (before, after)
+    took_effect, out_of_view = reduces_taking_effect(prompts, lead["reduces"])
+    assert out_of_view == [], "a reminder named outputs its prompt no longer showed"
     assert took_effect and took_effect[0] == lead["reduces"][0][0], "the first ctx_reduce never took effect"
 
 
