@@ -17,10 +17,11 @@ from openai.types.responses import (
 )
 from openai.types.responses.response_input_param import FunctionCallOutput
 
+from ctxbus.agents.adapters._builtins import builtin_toolbox
 from ctxbus.agents.context import Composition
 from ctxbus.agents.loop import LOOP_BUILTINS, Toolbox
 from ctxbus.agents.runtime import Agent
-from ctxbus.agents.tools import PROPOSE_DEADLINE, BuiltinTools
+from ctxbus.agents.tools import PROPOSE_DEADLINE
 from ctxbus.schemas import UsageError
 
 __all__ = ["CtxbusSession", "ctxbus_tools", "to_openai_agents"]
@@ -191,9 +192,8 @@ def ctxbus_tools(
     agent: Agent, *, names: Iterable[str] = LOOP_BUILTINS, propose_deadline: float = PROPOSE_DEADLINE
 ) -> list[FunctionTool]:
     """The built-in tools `names` of `agent`, for `Agent(tools=...)` of the SDK."""
-    toolbox = Toolbox()
-    toolbox.add_builtins(BuiltinTools(agent, propose_deadline=propose_deadline), names)
-    return [_function_tool(toolbox, entry["function"]) for entry in toolbox.to_openai()]
+    toolbox, functions = builtin_toolbox(agent, names, propose_deadline=propose_deadline)
+    return [_function_tool(toolbox, function) for function in functions]
 
 
 def _function_tool(toolbox: Toolbox, function: Mapping[str, Any]) -> FunctionTool:
