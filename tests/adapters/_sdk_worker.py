@@ -33,7 +33,7 @@ from ctxbus.agents.swarm._policy import reminder_drops
 from ctxbus.agents.swarm._scenario import REJECTED_OPTION
 from ctxbus.bus import BusConfig, connect, run_async
 from ctxbus.schemas import Domain
-from tests.adapters._worker import REMINDER, SYSTEM, _newest_results, summary
+from tests.adapters._worker import REMINDER, SYSTEM, _newest_results, summary, worker_parser
 from tests.loop._standin import MODEL
 
 TASK: Final = "Fix the flaky cache tests (see the brief)."
@@ -119,14 +119,8 @@ async def main(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--nats", required=True)
-    parser.add_argument("--domain", required=True)
-    parser.add_argument("--agent", required=True)
-    parser.add_argument("--store", type=Path, required=True)
+    parser = worker_parser()
     parser.add_argument("--base-url", required=True)
     parser.add_argument("--workdir", type=Path, required=True)
-    parser.add_argument("--window", type=int, required=True)
-    parser.add_argument("--out", type=Path, required=True)
     parsed = parser.parse_args()
     run_async(lambda: main(parsed))

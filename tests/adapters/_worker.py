@@ -324,16 +324,22 @@ async def main(args: argparse.Namespace) -> None:
         await client.close()
 
 
-if __name__ == "__main__":
+def worker_parser() -> argparse.ArgumentParser:
+    """The arguments every adapter test's worker takes."""
     parser = argparse.ArgumentParser()
-    parser.add_argument("framework", choices=sorted(RUNNERS))
     parser.add_argument("--nats", required=True)
     parser.add_argument("--domain", required=True)
     parser.add_argument("--agent", required=True)
     parser.add_argument("--store", type=Path, required=True)
-    parser.add_argument("--role", choices=("lead", "follower"), required=True)
-    parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--window", type=int, required=True)
     parser.add_argument("--out", type=Path, required=True)
+    return parser
+
+
+if __name__ == "__main__":
+    parser = worker_parser()
+    parser.add_argument("framework", choices=sorted(RUNNERS))
+    parser.add_argument("--role", choices=("lead", "follower"), required=True)
+    parser.add_argument("--steps", type=int, required=True)
     parsed = parser.parse_args()
     run_async(lambda: main(parsed))

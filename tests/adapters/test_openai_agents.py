@@ -5,36 +5,26 @@ the demo's scripted scenario and refuses any request the API would refuse."""
 
 from __future__ import annotations
 
-import json
-import sys
-from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from ctxbus.agents.brief import BriefReplica
 from ctxbus.agents.swarm._scenario import REJECTED_OPTION, agent_name
 from tests._support import fresh_domain, serving_coordinator
-from tests.adapters._checks import calls_and_answers, reduces_taking_effect
+from tests.adapters._checks import (
+    Workers,
+    adoption_refused,
+    calls_and_answers,
+    read_afresh,
+    reduces_taking_effect,
+)
 from tests.loop._standin import StandIn, write_corpus
 
 WINDOW = 16_000
 STEPS = 24
 """Each agent's steps: a tool output each (a few thousand tokens), far more than the window holds."""
 AGENTS = 2
-
-
-async def run_worker(nats_url: str, domain: str, tmp: Path, agent: str, base_url: str, workdir: Path) -> Any:
-    out = tmp / f"{agent}.json"
-    command = [
-        sys.executable, "-m", "tests.adapters._sdk_worker", "--nats", nats_url, "--domain", domain,
-        "--agent", agent, "--store", str(tmp / f"{agent}.db"), "--base-url", base_url, "--workdir", str(workdir),
-        "--window", str(WINDOW), "--out", str(out),
-    ]  # fmt: skip
-    done = await anyio.run_process(command, check=False, cwd=Path(__file__).parents[2])
-    assert done.returncode == 0, done.stderr.decode()[-3000:]
-    return json.loads(out.read_text(encoding="utf-8"))
 
 
 @pytest.fixture(scope="module")
@@ -45,25 +35,20 @@ async def ran(nats_url: str, tmp_path_factory: pytest.TempPathFactory) -> dict[s
     write_corpus(workdir, agents=AGENTS, steps=STEPS)
     domain = fresh_domain()
     results: dict[str, Any] = {}
+    workers = Workers("tests.adapters._sdk_worker", nats_url, str(domain), tmp_path, WINDOW)
     async with serving_coordinator(nats_url, coordinator_id="adapters-openai-agents") as serving:
         with StandIn(agents=AGENTS, steps=STEPS) as standin:
 
             async def one(agent: str) -> None:
-                results[agent] = await run_worker(nats_url, str(domain), tmp_path, agent, standin.base_url, workdir)
+                args = ("--base-url", standin.base_url, "--workdir", str(workdir))
+                results[agent] = await workers.run(agent, *args)
 
             async with anyio.create_task_group() as tg:
                 for index in range(AGENTS):
                     tg.start_soon(one, agent_name(index))
         results["refused"] = standin.refused()
         results["counts"] = standin.counts
-        # A fresh reader of the log, in this process.
-        replica = BriefReplica(serving.client, domain)
-        async with anyio.create_task_group() as tg:
-            await tg.start(replica.run)
-            results["brief"] = replica.brief
-            results["hash"] = replica.hash
-            results["revision"] = replica.revision
-            tg.cancel_scope.cancel()
+        results |= await read_afresh(serving.client, domain)  # a fresh reader of the log, in this process
     return results
 
 
@@ -98,16 +83,7 @@ async def test_a_reminder_reaches_the_model_and_its_ctx_reduce_takes_effect(ran:
 
 async def test_a_rejected_option_cannot_be_adopted_by_the_other_agent(ran: dict[str, Any]) -> None:
     adopter = ran["agent-2"]
-    adoption = adopter["adoption"]
-    assert adoption is not None, "the adopter never tried the rejected option"
-    answers = [m["text"] for p in adopter["prompts"] for m in p if m["answers"] == adoption]
-    assert answers and "rejected (rejected_option)" in answers[-1], answers
-    for result in (ran["agent-1"], adopter):  # the shared brief, in the head of each model's last prompt
-        head = result["prompts"][-1][1]
-        assert head["role"] == "user" and head["names_rejected"]
-    brief = ran["brief"]
-    assert [r.option for r in brief.rejected] == [REJECTED_OPTION]
-    assert all(d.option != REJECTED_OPTION for d in brief.decisions)
+    adoption_refused(adopter, (ran["agent-1"], adopter), ran["brief"], REJECTED_OPTION)
     # The agent whose replica is furthest along has the brief a fresh reader replays.
     latest = max((ran["agent-1"], adopter), key=lambda r: r["revision"])
     assert (latest["revision"], latest["brief_hash"]) == (ran["revision"], ran["hash"])
