@@ -55,8 +55,37 @@ async def test_two_runs_on_one_session_record_each_user_message_once(nats_url: s
         with pytest.raises(UsageError, match="'web_search_call'"):
             await session.add_items([{"role": "user", "content": "Lost?"}, hosted])  # type: ignore[list-item]
         assert said(agent) == expected()  # nothing of the refused batch was recorded
-        with pytest.raises(UsageError, match="as its session"):  # the filter without its session
-            await Runner.run(assistant, "Anyone there?", run_config=run_config(session))
+
+
+async def test_a_streamed_run_is_sent_its_input_and_records_it_once(nats_url: str, tmp_path: Path) -> None:
+    """A streamed run adds its input to the session after the first model call's filter."""
+    asked = "Read the brief.\nThen say done.\n"
+    model = ScriptedModel([[function_call("brief_get", {}, call_id="call_1")], [assistant_message(ANSWERED[0])]])
+    async with running_coordinator(nats_url) as (client, _), Agent.open(client, config(tmp_path)) as agent:
+        session = CtxbusSession(agent)
+        assistant = SdkAgent(name="a1", model=model, tools=ctxbus_tools(agent))
+        result = Runner.run_streamed(assistant, asked, session=session, run_config=run_config(session))
+        async for _event in result.stream_events():
+            pass
+        assert result.final_output == ANSWERED[0]
+        assert (
+            agent.user_turns == 1
+            and said(agent)[0] == ("user", asked)
+            and said(agent)[-1] == ("assistant", ANSWERED[0])
+        )
+        first, second = (str(call.input) for call in model.calls)
+        assert first.count("Then say done.") == 1 and second.count("Then say done.") == 1
+        assert "call_1" in second and "(hash " in second
+
+
+async def test_the_filter_without_its_session_is_refused(nats_url: str, tmp_path: Path) -> None:
+    model = ScriptedModel([[function_call("brief_get", {}, call_id="call_1")], [assistant_message(ANSWERED[0])]])
+    async with running_coordinator(nats_url) as (client, _), Agent.open(client, config(tmp_path)) as agent:
+        session = CtxbusSession(agent)
+        assistant = SdkAgent(name="a1", model=model, tools=ctxbus_tools(agent))
+        with pytest.raises(UsageError, match="as its session"):  # the tool's output never reached the context
+            await Runner.run(assistant, ASKED[0], run_config=run_config(session))
+        assert len(model.calls) == 1
 
 
 async def test_a_bad_call_is_answered_with_what_was_wrong_and_the_pair_holds(nats_url: str, tmp_path: Path) -> None:

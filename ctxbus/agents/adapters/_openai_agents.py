@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, cast
 
@@ -26,6 +27,8 @@ from ctxbus.schemas import UsageError
 
 __all__ = ["CtxbusSession", "ctxbus_tools", "to_openai_agents"]
 
+_TAG: Final = re.compile(r"^§\d+§ ?")
+"""The tag a composed message opens with."""
 _SKIPPED: Final = frozenset({"reasoning"})
 """Item types the session leaves out: a composed prompt (Chat Completions shaped) has no
 place for a model's reasoning items, and they are the provider's to keep."""
@@ -46,6 +49,9 @@ class CtxbusSession:
         """The latest prompt the filter sent, as ctxbus composed it (its report counts the tokens)."""
         self._names: dict[str, str] = {}
         """Tool names by call id, until their output comes (an output carries only the call id)."""
+        self._early: list[str] = []
+        """User inputs the filter recorded before the Runner added them (a streamed run adds
+        its input after the first model call's filter), to skip once `add_items` brings them."""
 
     def __repr__(self) -> str:
         return f"<CtxbusSession of {self.agent!r}>"
@@ -69,7 +75,7 @@ class CtxbusSession:
         calls (one assistant turn), each call's output (`Agent.tool_result`, where the nudges act).
 
         :raises UsageError: for an item the context cannot hold (a hosted tool's call, a
-            handoff, ...), naming it; nothing of the batch is recorded then.
+            computer or shell call, ...), naming it; nothing of the batch is recorded then.
         """
         batch = _mappings(items)
         for item in batch:
@@ -106,7 +112,11 @@ class CtxbusSession:
                 name = self._names.pop(call_id, "") or self._name(call_id)
                 await agent.tool_result(name, _text(item.get("output")), call_id=call_id)
             elif kind == "message" and item.get("role") == "user":
-                agent.user(_text(item.get("content")))
+                said = _text(item.get("content"))
+                if self._early and self._early[0] == said:
+                    self._early.pop(0)  # recorded by the filter already
+                else:
+                    agent.user(said)
             elif kind == "message" and item.get("role") == "assistant":
                 text = _text(item.get("content"))
             elif kind == "message":  # a system or developer message: ctxbus has one, the context's own
@@ -128,16 +138,29 @@ class CtxbusSession:
         """`RunConfig.call_model_input_filter`: each model call of a run is sent the agent's
         composition (its system message as the instructions) instead of the Runner's list.
 
-        :raises UsageError: if the Runner's newest item (the input, or a tool's output) is
-            not in the composition: the run was not given this session (`session=`).
+        A streamed run adds its input to the session only after its first model call's
+        filter: input not yet recorded is recorded here (and skipped when it comes).
+
+        :raises UsageError: if what the Runner added never reached the session (a tool's
+            output, or input this filter recorded ahead): the run was not given this
+            session (`session=`).
         """
+        sent = data.model_data.input
         composition = self.agent.compose()
         system, items = to_openai_agents(composition.to_openai())
-        if _missing(data.model_data.input, items):
+        unrecorded = _unrecorded_input(sent, items)
+        if self._early or _output_missing(sent, items):
             raise UsageError(
-                f"the Runner's newest item never reached agent {self.agent.id!r}'s context: run it with "
+                f"what the Runner added never reached agent {self.agent.id!r}'s context: run it with "
                 "this CtxbusSession as its session (the filter sends what the session recorded)"
             )
+        if unrecorded:
+            for said in unrecorded:
+                self.agent.user(said)
+            self.agent.context.flush()
+            self._early.extend(unrecorded)
+            composition = self.agent.compose()
+            system, items = to_openai_agents(composition.to_openai())
         self.composition = composition
         return ModelInputData(input=items, instructions=system)
 
@@ -215,18 +238,33 @@ def _function_tool(toolbox: Toolbox, function: Mapping[str, Any]) -> FunctionToo
     )
 
 
-def _missing(sent: Sequence[object], composed: Sequence[object]) -> bool:
-    """Whether the newest item the Runner would send (a user message or a tool's output) is
-    absent from the composed items."""
-    if not sent:
+def _output_missing(sent: Sequence[object], composed: Sequence[object]) -> bool:
+    """Whether the newest item the Runner would send is a tool's output absent from the
+    composed items."""
+    newest = _mapping(sent[-1]) if sent else {}
+    if _kind(newest) != "function_call_output":
         return False
-    newest, shown = _mapping(sent[-1]), _mappings(composed)
-    if _kind(newest) == "function_call_output":
-        return newest.get("call_id") not in {item.get("call_id") for item in shown}
-    if _kind(newest) == "message" and newest.get("role") == "user":
-        text = _text(newest.get("content"))
-        return not any(text in _text(item.get("content")) for item in shown if item.get("role") == "user")
-    return False
+    return newest.get("call_id") not in {_mapping(item).get("call_id") for item in composed}
+
+
+def _unrecorded_input(sent: Sequence[object], composed: Sequence[object]) -> list[str]:
+    """The texts of the user messages ending the Runner's input that the composition does
+    not show since its last assistant turn (a recorded user message is shown tagged)."""
+    shown: list[str] = []
+    for item in reversed(_mappings(composed)):
+        if item.get("role") == "assistant" or _kind(item) in ("function_call", "function_call_output"):
+            break
+        if item.get("role") == "user":
+            shown.append(_TAG.sub("", _text(item.get("content")), count=1))
+    unrecorded: list[str] = []
+    for item in reversed(_mappings(sent)):
+        if _kind(item) != "message" or item.get("role") != "user":
+            break
+        said = _text(item.get("content"))
+        if said in shown:
+            break
+        unrecorded.insert(0, said)
+    return unrecorded
 
 
 def _mapping(item: object) -> Mapping[str, Any]:

@@ -9,12 +9,14 @@
 What maps onto what:
 
 - `add_items` records what the `Runner` adds to its session, which it does before each
-  model call: the user input (`Agent.user`), the model's message and its
-  `function_call` items as one assistant turn (`Agent.assistant`), and each
-  `function_call_output` as that call's tool result (`Agent.tool_result`, where the
-  nudges act). Reasoning items are left out (the composed prompt has no place for them);
-  any other item (a hosted tool's call, a handoff) is refused with a `UsageError`, and
-  nothing of its batch is recorded.
+  model call (a streamed run adds its input just after the first call's filter, which
+  records it first; `add_items` then skips it): the user input (`Agent.user`), the
+  model's message and its `function_call` items as one assistant turn
+  (`Agent.assistant`), and each `function_call_output` as that call's tool result
+  (`Agent.tool_result`, where the nudges act); a handoff is a function call like any
+  other. Reasoning items are left out (the composed prompt has no place for them); any
+  other item (a hosted tool's call, a computer or shell call) is refused with a
+  `UsageError`, and nothing of its batch is recorded.
 - `get_items` is the agent's composition (`Agent.compose().to_openai()` as the SDK's
   input items, without its system message), the latest `limit` items of it at most,
   never an output without its call. The `Runner` reads it once, when a run starts.
@@ -24,7 +26,8 @@ What maps onto what:
   queued `ctx_reduce` drops applied, the shared brief in its head, Channel 1 reminders
   inside their `function_call_output`s, a Channel 2 message as a user turn, and the
   context's system prompt as the `instructions` (an `instructions` given to the SDK's
-  `Agent` is replaced).
+  `Agent` is replaced). Used without the session, it raises a `UsageError` once a tool's
+  output (or the input it recorded ahead) has not reached the context.
 - `ctxbus_tools(agent)`: `ctx_search`, `ctx_read`, `ctx_reduce`, `brief_get` and
   `brief_propose` as `FunctionTool`s, with the agent loop's argument checks (their JSON
   schemas as declared, not the SDK's strict mode, so optional arguments stay optional).
