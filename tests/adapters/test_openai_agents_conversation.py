@@ -16,6 +16,7 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 from ctxbus.agents.adapters.openai_agents import CtxbusSession, ctxbus_tools
 from ctxbus.agents.context import ContextConfig
 from ctxbus.agents.runtime import Agent, AgentConfig
+from ctxbus.agents.tools import BUILTIN_TOOLS
 from ctxbus.schemas import UsageError
 from tests._support import fresh_domain, running_coordinator
 from tests.adapters._conversation import ANSWERED, ASKED, expected, said
@@ -93,21 +94,21 @@ async def test_a_bad_call_is_answered_with_what_was_wrong_and_the_pair_holds(nat
         [
             [
                 function_call("ctx_read", '{"tag": true}', call_id="call_bad"),
-                function_call("brief_get", {}, call_id="call_ok"),
+                function_call("ctx_status", {}, call_id="call_ok"),
             ],
             [assistant_message("Read it.")],
         ]
     )
     async with running_coordinator(nats_url) as (client, _), Agent.open(client, config(tmp_path)) as agent:
         session = CtxbusSession(agent)
-        assistant = SdkAgent(name="a1", model=model, tools=ctxbus_tools(agent))
+        assistant = SdkAgent(name="a1", model=model, tools=ctxbus_tools(agent, names=BUILTIN_TOOLS))
         await Runner.run(assistant, ASKED[0], session=session, run_config=run_config(session))
         shown = [dict(item) for item in model.calls[-1].input]
         outputs = {item["call_id"]: item["output"] for item in shown if item.get("type") == "function_call_output"}
         assert outputs["call_bad"].endswith(
             "error: argument 'tag' must be a tag: a whole number such as 12, or a string such as \"§12§\", got true"
         )
-        assert "(hash " in outputs["call_ok"]
+        assert '"agent": "a1"' in outputs["call_ok"]  # ctx_status, offered on request
         # The calls as one turn, answered in order; a cut that leaves a call out leaves its output out too.
         kinds = [(item.get("type"), item.get("call_id")) for item in shown[-4:]]
         assert kinds == [

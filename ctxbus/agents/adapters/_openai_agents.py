@@ -214,7 +214,8 @@ def to_openai_agents(messages: Sequence[Mapping[str, Any]]) -> tuple[str | None,
 def ctxbus_tools(
     agent: Agent, *, names: Iterable[str] = LOOP_BUILTINS, propose_deadline: float = PROPOSE_DEADLINE
 ) -> list[FunctionTool]:
-    """The built-in tools `names` of `agent`, for `Agent(tools=...)` of the SDK."""
+    """The built-in tools `names` of `agent` (all six, `ctx_status` too: `ctxbus.agents.tools.BUILTIN_TOOLS`),
+    for the SDK's `Agent(tools=...)`."""
     toolbox, functions = builtin_toolbox(agent, names, propose_deadline=propose_deadline)
     return [_function_tool(toolbox, function) for function in functions]
 
