@@ -150,6 +150,7 @@ class CtxbusSession:
         system, items = to_openai_agents(composition.to_openai())
         unrecorded = _unrecorded_input(sent, items)
         if self._early or _output_missing(sent, items):
+            self._early.clear()  # said once: a run given the session next goes through
             raise UsageError(
                 f"what the Runner added never reached agent {self.agent.id!r}'s context: run it with "
                 "this CtxbusSession as its session (the filter sends what the session recorded)"
