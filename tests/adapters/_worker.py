@@ -267,12 +267,15 @@ RUNNERS = {"langchain": run_langchain, "autogen": run_autogen}
 # -- the process ---------------------------------------------------------------------------
 
 
-def summary(agent: Agent, policy: Policy) -> list[list[dict[str, Any]]]:
+def summary(
+    agent: Agent, prompts: Sequence[Sequence[Mapping[str, Any]]], *, rejected: str = REJECTED
+) -> list[list[dict[str, Any]]]:
     """Each prompt the model was shown, message by message: role, the tag it opens with,
-    its tokens, its calls or the call it answers, whether it carries a reminder."""
+    its tokens, its calls or the call it answers, whether it carries a reminder or names
+    the `rejected` option."""
     count = agent.context.tokenizer.count
     out = []
-    for prompt in policy.prompts:
+    for prompt in prompts:
         rows = []
         for m in prompt:
             text = _content(m)
@@ -287,7 +290,7 @@ def summary(agent: Agent, policy: Policy) -> list[list[dict[str, Any]]]:
                     "calls": calls,
                     "answers": m.get("tool_call_id"),
                     "reminder": REMINDER in text,
-                    "names_rejected": REJECTED in text,
+                    "names_rejected": rejected in text,
                     "text": text if m["role"] == "tool" and len(text) < 2000 else "",
                 }
             )
@@ -309,7 +312,7 @@ async def main(args: argparse.Namespace) -> None:
                 "final": final,
                 "window": args.window,
                 "history_tokens": history,
-                "prompts": summary(agent, policy),
+                "prompts": summary(agent, policy.prompts),
                 "reduces": policy.reduces,
                 "adoption": policy.adoption,
                 "bad_call": policy.bad_call,
@@ -321,16 +324,22 @@ async def main(args: argparse.Namespace) -> None:
         await client.close()
 
 
-if __name__ == "__main__":
+def worker_parser() -> argparse.ArgumentParser:
+    """The arguments every adapter test's worker takes."""
     parser = argparse.ArgumentParser()
-    parser.add_argument("framework", choices=sorted(RUNNERS))
     parser.add_argument("--nats", required=True)
     parser.add_argument("--domain", required=True)
     parser.add_argument("--agent", required=True)
     parser.add_argument("--store", type=Path, required=True)
-    parser.add_argument("--role", choices=("lead", "follower"), required=True)
-    parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--window", type=int, required=True)
     parser.add_argument("--out", type=Path, required=True)
+    return parser
+
+
+if __name__ == "__main__":
+    parser = worker_parser()
+    parser.add_argument("framework", choices=sorted(RUNNERS))
+    parser.add_argument("--role", choices=("lead", "follower"), required=True)
+    parser.add_argument("--steps", type=int, required=True)
     parsed = parser.parse_args()
     run_async(lambda: main(parsed))

@@ -4,16 +4,19 @@ model is the framework's own shipped test model, played by the worker's `Policy`
 
 from __future__ import annotations
 
-import json
-import sys
-from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from ctxbus.agents.brief import BriefReplica
 from tests._support import fresh_domain, serving_coordinator
+from tests.adapters._checks import (
+    Workers,
+    adoption_refused,
+    calls_and_answers,
+    read_afresh,
+    reduces_taking_effect,
+)
 from tests.adapters._worker import REJECTED
 
 WINDOW = 32_000
@@ -22,18 +25,6 @@ LEAD_STEPS = 24
 FOLLOWER_STEPS = 5
 
 FRAMEWORKS = ["langchain", "autogen"]
-
-
-async def run_worker(framework: str, nats_url: str, domain: str, tmp: Path, agent: str, role: str, steps: int) -> Any:
-    out = tmp / f"{agent}.json"
-    command = [
-        sys.executable, "-m", "tests.adapters._worker", framework, "--nats", nats_url, "--domain", domain,
-        "--agent", agent, "--store", str(tmp / f"{agent}.db"), "--role", role, "--steps", str(steps),
-        "--window", str(WINDOW), "--out", str(out),
-    ]  # fmt: skip
-    done = await anyio.run_process(command, check=False, cwd=Path(__file__).parents[2])
-    assert done.returncode == 0, done.stderr.decode()[-3000:]
-    return json.loads(out.read_text(encoding="utf-8"))
 
 
 @pytest.fixture(scope="module", params=FRAMEWORKS)
@@ -48,33 +39,16 @@ async def ran(framework: str, nats_url: str, tmp_path_factory: pytest.TempPathFa
     domain = fresh_domain()
     async with serving_coordinator(nats_url, coordinator_id=f"adapters-{framework}") as serving:
         results: dict[str, Any] = {}
+        workers = Workers("tests.adapters._worker", nats_url, str(domain), tmp_path, WINDOW)
 
         async def one(agent: str, role: str, steps: int) -> None:
-            results[agent] = await run_worker(framework, nats_url, str(domain), tmp_path, agent, role, steps)
+            results[agent] = await workers.run(agent, framework, "--role", role, "--steps", str(steps))
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(one, "lead", "lead", LEAD_STEPS)
             tg.start_soon(one, "follower", "follower", FOLLOWER_STEPS)
-        # A fresh reader of the log, in this process.
-        replica = BriefReplica(serving.client, domain)
-        async with anyio.create_task_group() as tg:
-            await tg.start(replica.run)
-            results["brief"] = replica.brief
-            results["hash"] = replica.hash
-            tg.cancel_scope.cancel()
+        results |= await read_afresh(serving.client, domain)  # a fresh reader of the log, in this process
     return results
-
-
-def calls_and_answers(prompt: list[dict[str, Any]]) -> None:
-    """Every call is answered right after its turn, and every result answers one."""
-    i = 0
-    while i < len(prompt):
-        message = prompt[i]
-        assert message["role"] != "tool", f"a result answering no call of the turn before it: {message}"
-        calls = message["calls"]
-        answered = [m["answers"] for m in prompt[i + 1 : i + 1 + len(calls)]]
-        assert answered == calls, f"calls {calls} answered by {answered}"
-        i += 1 + len(calls)
 
 
 async def test_two_agents_share_a_brief_inside_their_windows(framework: str, ran: dict[str, Any]) -> None:
@@ -96,33 +70,14 @@ async def test_a_reminder_reaches_the_model_and_its_ctx_reduce_takes_effect(
     prompts = lead["prompts"]
     assert any(m["reminder"] for prompt in prompts for m in prompt if m["role"] == "tool")
     assert lead["reduces"], "the model was never shown a reminder naming tags"
-    took_effect = []
-    for index, dropped in lead["reduces"]:
-        before = {m["tag"]: m["tokens"] for m in prompts[index] if m["tag"] in dropped}
-        assert any(tokens > 500 for tokens in before.values()), before  # whole logs were shown
-        # Below urgent a drop waits for the context's next rebuild, so the cached prefix
-        # is kept: until then the messages are shown as they were, then as placeholders.
-        for prompt in prompts[index + 1 :]:
-            after = {m["tag"]: m["tokens"] for m in prompt if m["tag"] in dropped}
-            if all(after.get(tag, 0) < 60 for tag in dropped):
-                took_effect.append(index)
-                break
-            assert after == before, (before, after)
+    took_effect, out_of_view = reduces_taking_effect(prompts, lead["reduces"])
+    assert out_of_view == [], "a reminder named outputs its prompt no longer showed"
     assert took_effect and took_effect[0] == lead["reduces"][0][0], "the first ctx_reduce never took effect"
 
 
 async def test_a_rejected_option_cannot_be_adopted_by_the_other_agent(framework: str, ran: dict[str, Any]) -> None:
     follower = ran["follower"]
-    adoption = follower["adoption"]
-    assert adoption is not None
-    answers = [m["text"] for p in follower["prompts"] for m in p if m["answers"] == adoption]
-    assert answers and "rejected (rejected_option)" in answers[-1], answers
-    for result in (ran["lead"], follower):  # the shared brief, in the head of each model's last prompt
-        head = result["prompts"][-1][1]
-        assert head["role"] == "user" and head["names_rejected"]
-    brief = ran["brief"]
-    assert [r.option for r in brief.rejected] == [REJECTED]
-    assert all(d.option != REJECTED for d in brief.decisions)
+    adoption_refused(follower, (ran["lead"], follower), ran["brief"], REJECTED)
     assert ran["lead"]["brief_hash"] == ran["follower"]["brief_hash"] == ran["hash"]
 
 

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agents.models.chatcmpl_converter import Converter
 from autogen_core.models import AssistantMessage, FunctionExecutionResultMessage, SystemMessage, UserMessage
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from openai.types.responses import ResponseInputItemParam
+from pydantic import TypeAdapter
 
 from ctxbus.agents.adapters.autogen import to_autogen
 from ctxbus.agents.adapters.langchain import to_langchain
+from ctxbus.agents.adapters.openai_agents import to_openai_agents
 from ctxbus.agents.context import ContextConfig, LocalContext
 from ctxbus.agents.context._wire import STANDIN_RESULT  # the one rendering both frameworks get
 
@@ -65,3 +69,32 @@ def test_autogen_messages_keep_the_calls_and_their_results(tmp_path: Path) -> No
     assert isinstance(results, FunctionExecutionResultMessage)
     assert [(r.call_id, r.name) for r in results.content] == [("call_a", "grep"), ("call_b", "read")]
     assert results.content[1].content == STANDIN_RESULT
+
+
+def test_openai_agents_items_keep_the_calls_and_their_results(tmp_path: Path) -> None:
+    system, items = to_openai_agents(composed(tmp_path))
+    assert system == "Be brief."
+    TypeAdapter(list[ResponseInputItemParam]).validate_python(items)  # the Responses API's input items
+    shown = [dict(item) for item in items]
+    assert [(item.get("type"), item.get("role")) for item in shown] == [
+        ("message", "user"),
+        ("message", "assistant"),
+        ("function_call", None),
+        ("function_call", None),
+        ("function_call_output", None),
+        ("function_call_output", None),
+    ]
+    assert [(i["call_id"], i["name"], i["arguments"]) for i in shown if i["type"] == "function_call"] == [
+        ("call_a", "grep", '{"pattern": "ttl"}'),
+        ("call_b", "read", "{not json"),
+    ]
+    outputs = [(i["call_id"], i["output"]) for i in shown if i["type"] == "function_call_output"]
+    assert outputs[0][0] == "call_a" and "ttl" in outputs[0][1] and outputs[1] == ("call_b", STANDIN_RESULT)
+    # Through the SDK's own Chat Completions conversion: one assistant turn with both calls.
+    messages = Converter.items_to_messages(items)
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "tool"]
+    turn = messages[1]
+    assert "Looking." in str(turn.get("content")) and [c["id"] for c in turn.get("tool_calls", ())] == [
+        "call_a",
+        "call_b",
+    ]

@@ -19,9 +19,10 @@ from autogen_core.models import (
 from autogen_core.tools import BaseTool
 from pydantic import BaseModel, ConfigDict
 
+from ctxbus.agents.adapters._builtins import builtin_toolbox
 from ctxbus.agents.loop import LOOP_BUILTINS, Toolbox
 from ctxbus.agents.runtime import Agent
-from ctxbus.agents.tools import PROPOSE_DEADLINE, BuiltinTools
+from ctxbus.agents.tools import PROPOSE_DEADLINE
 from ctxbus.schemas import UsageError
 
 __all__ = ["CtxbusModelContext", "CtxbusTool", "ctxbus_tools", "to_autogen"]
@@ -149,9 +150,8 @@ def ctxbus_tools(
     agent: Agent, *, names: Iterable[str] = LOOP_BUILTINS, propose_deadline: float = PROPOSE_DEADLINE
 ) -> list[CtxbusTool]:
     """The built-in tools `names` of `agent`, for `AssistantAgent(tools=...)`."""
-    toolbox = Toolbox()
-    toolbox.add_builtins(BuiltinTools(agent, propose_deadline=propose_deadline), names)
-    return [CtxbusTool(toolbox, entry["function"]) for entry in toolbox.to_openai()]
+    toolbox, functions = builtin_toolbox(agent, names, propose_deadline=propose_deadline)
+    return [CtxbusTool(toolbox, function) for function in functions]
 
 
 def _text(content: str | list[Any]) -> str:

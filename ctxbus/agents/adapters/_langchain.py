@@ -14,11 +14,12 @@ from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
+from ctxbus.agents.adapters._builtins import builtin_toolbox
 from ctxbus.agents.context import Composition
 from ctxbus.agents.context._wire import tool_input  # not exported by agents.context (yet): one reading of arguments
 from ctxbus.agents.loop import LOOP_BUILTINS, Toolbox
 from ctxbus.agents.runtime import Agent
-from ctxbus.agents.tools import PROPOSE_DEADLINE, BuiltinTools
+from ctxbus.agents.tools import PROPOSE_DEADLINE
 
 __all__ = ["CtxbusMiddleware", "to_langchain"]
 
@@ -42,11 +43,8 @@ class CtxbusMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> None:
         super().__init__()
         self.agent = agent
-        self._toolbox = Toolbox()
-        self._toolbox.add_builtins(BuiltinTools(agent, propose_deadline=propose_deadline), builtins)
-        self.tools: Sequence[BaseTool] = [
-            _structured(self._toolbox, entry["function"]) for entry in self._toolbox.to_openai()
-        ]
+        toolbox, functions = builtin_toolbox(agent, builtins, propose_deadline=propose_deadline)
+        self.tools: Sequence[BaseTool] = [_structured(toolbox, function) for function in functions]
         self.composition: Composition | None = None
         """The latest prompt sent, as ctxbus composed it (its report counts the tokens)."""
         raw = agent.context.get_state(_RECORDED_KEY)
