@@ -580,11 +580,12 @@ def main(argv: list[str] | None = None) -> int:
                     f"{a['share']:>12.0%} {a['worst']:>6.0%} {a['pinned']:>10,.0f} {a['over']:>11.0f} "
                     f"{a['broken']:>12.0f}"
                 )
-            for title, run in runs.items():
+            for n, (title, run) in enumerate(runs.items()):
                 b = run[budget]
+                shown = f"{budget:,}" if n == 0 and not readme else ""
                 places = " / ".join(str(b["places"][p]) for p in PLACES)  # type: ignore[index]
                 print(
-                    f"{'':>7} {title:>10} {'':>12} {b['kept'] / b['total']:>7.1%} {b['kept']:>3.0f}/{b['total']:.0f} "
+                    f"{shown:>7} {title:>10} {'':>12} {b['kept'] / b['total']:>7.1%} {b['kept']:>3.0f}/{b['total']:.0f} "
                     f"{places:>27} {b['share']:>12.0%} {b['worst']:>6.0%} {b['pinned']:>10,.0f} {b['over']:>11.0f} "
                     f"{b['broken']:>12.0f}"
                 )
