@@ -17,6 +17,7 @@ same messages, search against the bare FTS5 query it runs, each measured in the 
 Targets: compose p95 <= 5 ms at the 128k window; ingest >= 0.8x bare tiktoken.
 
     .venv/bin/python bench/context.py [--quick] [--replay-only] [--anchors DIR]
+        [--sets readme,probes,held_out,held_out_2,held_out_3] [--budgets 8000,16000,32000] [--why]
 """
 
 from __future__ import annotations
@@ -39,10 +40,19 @@ import tiktoken
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ctxbus.agents.context import ContextConfig, LocalContext, Tokenizer  # noqa: E402
+from ctxbus.agents.context import ContextConfig, ExtractiveSummarizer, LocalContext, Tokenizer  # noqa: E402
+from ctxbus.agents.context._classify import has_constraint  # noqa: E402
 from ctxbus.schemas import Domain  # noqa: E402
 
 BUDGETS = (8_000, 16_000, 32_000)
+SETS = {
+    "readme": "README",
+    "probes": "reworded",
+    "held_out": "held out",
+    "held_out_2": "held out 2",
+    "held_out_3": "held out 3",
+}
+"""Probe sets by their key in bench/reworded_probes.json, and their title in the tables."""
 PROBES_FILE = ROOT / "tests" / "context" / "anchor_probes.json"
 REWORDED_FILE = ROOT / "bench" / "reworded_probes.json"
 PLACES = ("early", "third", "two thirds")
@@ -60,6 +70,8 @@ class Session:
     """1-based tags of the system prompt and the first user message: the task itself."""
     inserted: list[tuple[str, str]] = field(default_factory=list)
     """(place, kind) of each inserted probe, in `probes` order after the README's."""
+    at: list[int] = field(default_factory=list)
+    """Index in `messages` of each inserted probe's turn."""
 
 
 def load_sessions(anchors: Path, quick: bool) -> list[Session]:
@@ -116,13 +128,15 @@ def with_reworded(sessions: list[Session], key: str = "probes") -> list[Session]
         chosen = [probes[(3 * i + k) % len(probes)] for k in range(3)]
         # Insert from the back so the earlier points stay valid.
         for k in (2, 1, 0):
-            text = wrappers[(5 * i + k) % len(wrappers)].format(rule=chosen[k]["rule"])
+            said = chosen[k].get("say", "{rule}").replace("{rule}", chosen[k]["rule"])
+            text = wrappers[(5 * i + k) % len(wrappers)].replace("{rule}", said)
             messages.insert(points[k], {"role": "user", "content": text, "ts": None})
         raw = [json.dumps(m) for m in messages]
         goal = _goal_tags(messages)
         rules = [p["rule"] for p in chosen]
         inserted = [(PLACES[k], chosen[k]["kind"]) for k in range(3)]
-        out.append(Session(session.name, messages, raw, rules, goal, inserted))
+        at = [points[k] + k for k in range(3)]  # each earlier insertion shifts the later ones by one
+        out.append(Session(session.name, messages, raw, rules, goal, inserted, at))
     return out
 
 
@@ -215,7 +229,26 @@ def ingest_ratio(raw: list[list[str]], tmp: Path, reps: int = 5) -> tuple[float,
     return n / sum(bare), n / sum(adds), n / sum(flushes)
 
 
-def replay(sessions: list[Session], budget: int, tmp: Path, tokenizer: Tokenizer, label: str = "r") -> dict[str, float]:
+def why_lost(ctx: LocalContext, session: Session, n: int) -> str:
+    """Where the inserted probe `n` was lost: never recognised as a rule (then: its summary
+    line already lacked it, or a merge dropped the line), or recognised and lost later."""
+    message = ctx.message(session.at[n] + 1)
+    if has_constraint(message.content):
+        return "recognised, lost from the pinned layer"
+    line = ExtractiveSummarizer().summarize([message])
+    if session.probes[n] not in line:
+        return "not recognised; its summary line cut it"
+    return "not recognised; dropped from the summary by a merge"
+
+
+def replay(
+    sessions: list[Session],
+    budget: int,
+    tmp: Path,
+    tokenizer: Tokenizer,
+    label: str = "r",
+    explain: bool = False,
+) -> dict[str, float]:
     compose_ms: list[float] = []
     flush_ms: list[float] = []
     ingest_s = 0.0
@@ -268,7 +301,8 @@ def replay(sessions: list[Session], budget: int, tmp: Path, tokenizer: Tokenizer
             if places:
                 by_place.setdefault(places[n], []).append(hit)
             if not hit:
-                missed.append(f"{session.name}: {probe[:60]!r}")
+                cause = f" [{why_lost(ctx, session, n)}]" if explain and session.at else ""
+                missed.append(f"{session.name}: {probe[:60]!r}{cause}")
         ours, all_pinned = pinned_share(ctx, session, everything)
         useful += ours
         pinned += all_pinned
@@ -297,11 +331,18 @@ def replay(sessions: list[Session], budget: int, tmp: Path, tokenizer: Tokenizer
     }
 
 
-def replay_budgets(sessions: list[Session], tmp: Path, tokenizer: Tokenizer, label: str) -> dict[int, dict[str, float]]:
+def replay_budgets(
+    sessions: list[Session],
+    tmp: Path,
+    tokenizer: Tokenizer,
+    label: str,
+    budgets: tuple[int, ...] = BUDGETS,
+    explain: bool = False,
+) -> dict[int, dict[str, float]]:
     """`replay` at each budget, a table row per budget, then the rules missing at the end."""
     results: dict[int, dict[str, float]] = {}
-    for budget in BUDGETS:
-        r = results[budget] = replay(sessions, budget, tmp, tokenizer, label)
+    for budget in budgets:
+        r = results[budget] = replay(sessions, budget, tmp, tokenizer, label, explain)
         flush = f"{r['flush50']:.2f} / {r['flush95']:.2f}"
         print(
             f"{budget:>7,} {r['composes']:>8,.0f} {r['ingest']:>12,.0f} {r['p50']:>7.2f} {r['p95']:>7.2f} "
@@ -462,7 +503,28 @@ def main(argv: list[str] | None = None) -> int:
         default=Path(os.environ.get("CTXBUS_ANCHORS", ROOT.parent / "shared" / "anchors")),
         help="the shared anchors folder (default: $CTXBUS_ANCHORS or ../shared/anchors)",
     )
+    parser.add_argument(
+        "--sets",
+        default=",".join(SETS),
+        help=f"comma-separated probe sets to replay (default: all of {', '.join(SETS)}; readme is the README's rules)",
+    )
+    parser.add_argument(
+        "--budgets",
+        default=",".join(str(b) for b in BUDGETS),
+        help="comma-separated windows to replay at (default: 8000,16000,32000)",
+    )
+    parser.add_argument("--why", action="store_true", help="say where each missing inserted rule was lost")
     args = parser.parse_args(argv)
+    sets = [name.strip() for name in args.sets.split(",") if name.strip()]
+    unknown = [name for name in sets if name not in SETS]
+    if unknown:
+        parser.error(f"unknown set(s) {', '.join(unknown)}; choose from {', '.join(SETS)}")
+    try:
+        budgets = tuple(int(b) for b in args.budgets.split(",") if b.strip())
+    except ValueError:
+        parser.error(f"--budgets takes comma-separated integers, got {args.budgets!r}")
+    if not budgets:
+        parser.error("--budgets names no window")
     began = time.perf_counter()
     tokenizer = Tokenizer.load()
     sessions = load_sessions(args.anchors, args.quick)
@@ -488,42 +550,51 @@ def main(argv: list[str] | None = None) -> int:
         )
         print("replay of every session, compose before each assistant message and at the final message")
         print("(compose = plan + render; the SQLite write that follows each compose is timed apart as flush)")
-        print(header)
-        readme = replay_budgets(sessions, tmp, tokenizer, "r")
+        readme: dict[int, dict[str, float]] = {}
+        if "readme" in sets:
+            print(header)
+            readme = replay_budgets(sessions, tmp, tokenizer, "r", budgets)
 
         spec = json.loads(REWORDED_FILE.read_text())
         runs: dict[str, dict[int, dict[str, float]]] = {}
-        for key, title in (("probes", "reworded"), ("held_out", "held out"), ("held_out_2", "held out 2")):
+        for key, title in SETS.items():
+            if key == "readme" or key not in sets:
+                continue
             print(
                 f"\nthe same sessions with {title} constraints inserted as user turns ({len(spec[key])} rules, "
                 f"3 per session: {', '.join(PLACES)})"
             )
             print(header)
-            runs[title] = replay_budgets(with_reworded(sessions, key), tmp, tokenizer, key)
+            runs[title] = replay_budgets(with_reworded(sessions, key), tmp, tokenizer, key, budgets, args.why)
 
         print("\nkept at the final message; pinned tokens from labelled instructions (goal, listed rules)")
         print(
             f"{'budget':>7} {'run':>10} {'README rules':>12} {'inserted':>14} {'early / third / two thirds':>27} "
             f"{'instr. share':>12} {'worst':>6} {'pinned tok':>10} {'over budget':>11} {'broken pairs':>12}"
         )
-        for budget in BUDGETS:
-            a = readme[budget]
-            print(
-                f"{budget:>7,} {'README':>10} {a['kept'] / a['total']:>12.1%} {'':>14} {'':>27} {a['share']:>12.0%} "
-                f"{a['worst']:>6.0%} {a['pinned']:>10,.0f} {a['over']:>11.0f} {a['broken']:>12.0f}"
-            )
-            for title, run in runs.items():
+        for budget in budgets:
+            if readme:
+                a = readme[budget]
+                print(
+                    f"{budget:>7,} {'README':>10} {a['kept'] / a['total']:>12.1%} {'':>14} {'':>27} "
+                    f"{a['share']:>12.0%} {a['worst']:>6.0%} {a['pinned']:>10,.0f} {a['over']:>11.0f} "
+                    f"{a['broken']:>12.0f}"
+                )
+            for n, (title, run) in enumerate(runs.items()):
                 b = run[budget]
+                shown = f"{budget:,}" if n == 0 and not readme else ""
                 places = " / ".join(str(b["places"][p]) for p in PLACES)  # type: ignore[index]
                 print(
-                    f"{'':>7} {title:>10} {'':>12} {b['kept'] / b['total']:>7.1%} {b['kept']:>3.0f}/{b['total']:.0f} "
+                    f"{shown:>7} {title:>10} {'':>12} {b['kept'] / b['total']:>7.1%} {b['kept']:>3.0f}/{b['total']:.0f} "
                     f"{places:>27} {b['share']:>12.0%} {b['worst']:>6.0%} {b['pinned']:>10,.0f} {b['over']:>11.0f} "
                     f"{b['broken']:>12.0f}"
                 )
         print(
             "  instr. share: pinned tokens at the final prompts from the goal or a listed rule (a lower bound: a real "
             "rule nobody listed counts as noise); worst: the session with the lowest share ("
-            + ", ".join(str(runs["reworded"][b]["worst_name"]).split("/")[-1] for b in BUDGETS)
+            + ", ".join(
+                f"{title} {str(run[b]['worst_name']).split('/')[-1]}" for title, run in runs.items() for b in budgets
+            )
             + "); pinned tok: mean per session"
         )
         if args.replay_only:

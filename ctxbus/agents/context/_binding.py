@@ -39,7 +39,15 @@ from __future__ import annotations
 import functools
 import re
 
-__all__ = ["WEAK_TRIGGERS", "function_binds", "imperative", "is_question", "weak_binds"]
+__all__ = [
+    "STATEMENT_MAX_CHARS",
+    "WEAK_TRIGGERS",
+    "function_binds",
+    "imperative",
+    "is_question",
+    "states",
+    "weak_binds",
+]
 
 WEAK_TRIGGERS = frozenset(
     "don't dont don’t doesn't doesnt doesn’t can't cant can’t cannot always exact exactly important critical".split()
@@ -194,6 +202,62 @@ _OPINION = re.compile(
     r"|it\s+seems|that['’]?s|this\s+is|it['’]?s|you['’]?re|you\s+are|well|hmm)\b",
     re.IGNORECASE,
 )
+
+
+STATEMENT_MAX_CHARS = 200
+"""Longest sentence `states` takes for a statement: a longer one tells a story or explains."""
+_ACK = re.compile(
+    r"^\W*(?:(?:ok(?:ay)?|k|yes|yep|yeah|yup|no|nope|sure|thanks|thank\s+you|thx|ty|cool|great|good|nice|perfect"
+    r"|awesome|fine|right|correct|exactly|agreed|lgtm|done|go(?:\s+(?:ahead|on))?|continue|carry\s+on|proceed|next"
+    r"|please|got\s+it|i\s+see|alright|all\s+right|h+m+|ah+|oh+|wow|lol|haha|well\s+done|good\s+job|great\s+work"
+    r"|(?:looks|sounds)\s+(?:good|great|fine|ok(?:ay)?|right))\b[\W\s]*)+$",
+    re.IGNORECASE,
+)
+"""An acknowledgement and nothing else: "ok, thanks.", "yes, go ahead", "lgtm"."""
+_REACTION = re.compile(
+    r"^\W*(?:(?:it|this|that|these|those|everything|all\s+(?:of\s+)?(?:it|this|that))\s+)?"
+    r"(?:looks|looked|sounds|seems|feels|reads|works(?:\s+for\s+me)?|makes\s+sense)\b",
+    re.IGNORECASE,
+)
+"""A reaction to the work shown: "looks reasonable so far", "makes sense", "works for me"."""
+_REPORT = re.compile(
+    r"^\W*(?:(?:ok(?:ay)?|so|and|but|also|well|hmm|ah|oh|yes|no|actually|honestly)[,.!]?\s+)*"
+    r"I(?:['’](?:m|ve|ll|d))?\s+(?!(?:want|need|expect|prefer|would\s+(?:like|rather)|['’]d\s+(?:like|rather))\b)",
+    re.IGNORECASE,
+)
+"""The user telling what they did, saw or feel ("I read through the diff", "I'm confused"),
+not how things are to be; "I want…", "I'd rather…" are left to the other rules."""
+_ZH_ACK = re.compile(
+    r"^[\s，。！、,.!]*(?:(?:好的?|好吧|行|可以|嗯+|对|是的?|谢谢|多谢|继续|没问题|收到|明白|了解|知道了)[\s，。！、,.!]*)+$"
+)
+_ZH_PAST = re.compile(r"[了过]\W*$|刚|已经")
+"""Chinese told as done: a closing 了/过, 刚 (just now), 已经 (already)."""
+_HAN = re.compile(r"[\u3400-\u9fff]")
+_EN_WORD = re.compile(r"[A-Za-z][\w'’-]*")
+
+
+@functools.lru_cache(maxsize=8192)
+def states(unit: str) -> bool:
+    """Whether a sentence of the user's states how something is (or is to be), rather than
+    asking, acknowledging, reacting to the work, or telling what happened.
+
+    In a working session a short declarative sentence from the user ("Pagination stays
+    cursor-based.", "Ingrid decides on anything UI.", "We ship weekly, on Tuesdays.")
+    is far more often a standing instruction than a story: the user steers; the
+    narrating is the assistant's. Not a rule by itself (half the user's sentences in
+    the recorded sessions state something), but what a summary keeps of the user's
+    words before anything else, whatever its phrasing. Only for the user's own text.
+    """
+    u = unit.strip()
+    if not 6 <= len(u) <= STATEMENT_MAX_CHARS or is_question(u) or _CODE.search(u) or _NARRATION.search(u):
+        return False
+    if not u.isascii() and _HAN.search(u):
+        if _ZH_ACK.match(u) or _ZH_PAST.search(u):
+            return False
+        return len(_HAN.findall(u)) >= 5
+    if _ACK.match(u) or _REACTION.match(u) or _OPINION.match(u) or _REPORT.match(u):
+        return False
+    return len(_EN_WORD.findall(u)) >= 3
 
 
 def is_question(unit: str) -> bool:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from ctxbus.agents.context._archive import clip, error_lines
+from ctxbus.agents.context._binding import states
 from ctxbus.agents.context._classify import Span, facts, has_constraint, holds_fact, rule_spans, score_unit, split_units
 from ctxbus.schemas import Message
 
@@ -34,8 +35,15 @@ _MIN_CLAUSE_CONTEXT = 16
 a bare "…not…" says nothing."""
 _HEAD = re.compile(r"§\d+§ ")
 _USER_RULE = 100.0
-"""Added to the score of a user's line that states a rule: a merge keeps every such line
-before any narration, however many facts the narration quotes."""
+"""Added to the score of a user's line that states a rule: a merge keeps such lines before
+any narration, however many facts the narration quotes (see `ExtractiveSummarizer._rank`)."""
+_USER_STATEMENT = 50.0
+"""Added to the score of a user's line that states something (`states`) though no rule was
+recognised in it: a merge keeps it before any narration too. The rules miss some ways of
+putting a rule; the summary still holds the user's own words."""
+_STATEMENT_UNIT = 2.0
+"""Added to the score of a sentence of the user's that states something, when picking a
+line's units: a rule the rules missed outranks the chatter around it."""
 
 
 @runtime_checkable
@@ -57,9 +65,12 @@ class Summarizer(Protocol):
 class ExtractiveSummarizer:
     """Keeps verbatim units ranked by `score_unit`; one line per message.
 
-    A merge keeps the user's rule lines first. A unit holding a number, a negation or a
-    name is quoted whole or not at all; the first one picked for a line is kept whole
-    even past the line's share (up to `max_chars`).
+    A user's line quotes the sentences that state something before the chatter around
+    them. A merge keeps the user's lines that state a rule or anything else first
+    (shortest first), then the rest by score; acknowledgements and questions get no such
+    place. A unit holding a number, a negation or a name is quoted whole or not at all;
+    the first one picked for a line is kept whole even past the line's share (up to
+    `max_chars`).
 
     :param ratio: share of a message's size its summary line may take.
     :param min_chars: a line may always take this much, so short turns stay whole.
@@ -86,7 +97,7 @@ class ExtractiveSummarizer:
                 seen.add(key)
                 lines.append(line)
         budget = max_tokens * _CHARS_PER_TOKEN
-        ranked = sorted(range(len(lines)), key=lambda i: (-self._score(lines[i]), i))
+        ranked = sorted(range(len(lines)), key=lambda i: self._rank(lines[i], i))
         keep: set[int] = set()
         used = 0.0
         for i in ranked:
@@ -103,6 +114,14 @@ class ExtractiveSummarizer:
         head = _head(best)
         return clip(head + _shorten(_body(best), int(budget) - len(head), set()), int(budget))
 
+    def _rank(self, line: str, index: int) -> tuple[int, float, int]:
+        """Where a line goes in a merge's order: the user's lines that state a rule or
+        anything else first, shortest first (as many of them as fit: a standing
+        instruction is said in a sentence, and a long turn is a task or a discussion whose
+        rules are pinned already), then the rest by `score_unit`, oldest first on ties."""
+        score = self._score(line)
+        return (0, len(line), index) if score >= _USER_STATEMENT else (1, -score, index)
+
     def _score(self, line: str) -> float:
         score = self._scores.get(line)
         if score is None:
@@ -111,8 +130,11 @@ class ExtractiveSummarizer:
                     del self._scores[key]
             body = _body(line)
             score = score_unit(body)
-            if _head(line).endswith(" user: ") and has_constraint(body):
-                score += _USER_RULE
+            if _head(line).endswith(" user: "):
+                if has_constraint(body):
+                    score += _USER_RULE
+                elif any(states(unit) for unit in split_units(body)):
+                    score += _USER_STATEMENT
             self._scores[line] = score
         return score
 
@@ -121,6 +143,7 @@ class ExtractiveSummarizer:
         if message.tool_name and message.kind in ("tool_call", "tool_result"):
             who = f"{message.tool_name} {'call' if message.kind == 'tool_call' else 'result'}"
         head = f"§{message.tag}§ {' '.join(who.split())}: "
+        user = message.role == "user" and message.kind not in ("tool_call", "tool_result")
         budget = int(min(self.max_chars, max(self.min_chars, len(message.content) * self.ratio)))
         noise = set(message.call_ids)
         if message.kind == "tool_result":
@@ -128,7 +151,9 @@ class ExtractiveSummarizer:
         elif message.kind == "tool_call":
             body = self._tool_call(message, budget, noise)
         else:
-            body = self._pick(message.content, budget, noise, whole_facts=True, by_function=message.role != "assistant")
+            body = self._pick(
+                message.content, budget, noise, whole_facts=True, by_function=message.role != "assistant", user=user
+            )
         # One line per message, whatever its breaks (CRLF, soft wraps, code blocks): a merge
         # ranks and drops lines, and a piece without its `§N§` head would lose its source.
         return head + " ".join(body.split())
@@ -175,14 +200,23 @@ class ExtractiveSummarizer:
         return clip(out, budget)
 
     def _pick(
-        self, text: str, budget: int, noise: set[str], *, whole_facts: bool = False, by_function: bool = False
+        self,
+        text: str,
+        budget: int,
+        noise: set[str],
+        *,
+        whole_facts: bool = False,
+        by_function: bool = False,
+        user: bool = False,
     ) -> str:
         # A line holds a few hundred characters: ranking the first units is enough, and
         # bounds the rule work on a long message.
         units = [u.strip() for u in split_units(text[:_PICK_SCAN_CHARS]) if u.strip()]
         if not units:
             return ""
-        scores = [score_unit(unit, by_function=by_function) for unit in units]
+        scores = [
+            score_unit(unit, by_function=by_function) + (_statement_score(unit) if user else 0.0) for unit in units
+        ]
         scored = sorted(range(len(units)), key=lambda i: (-(scores[i] + (i == 0)), i))
         keep: list[tuple[int, str]] = []
         used = 0
@@ -203,6 +237,25 @@ class ExtractiveSummarizer:
         if not keep:
             return clip(units[0], budget)
         return " ".join(unit for _, unit in sorted(keep))
+
+
+_INTERLOCUTOR = re.compile(r"\b(?:I|me|my|you|your)\b|\blet['’]?s\b", re.IGNORECASE)
+"""Words of the conversation itself ("tell me when…", "the plan you outlined", "I read…")."""
+_SHORT_STATEMENT = 100
+
+
+def _statement_score(unit: str) -> float:
+    """What stating something adds to a user's sentence when picking a line's units: more
+    when it speaks of the work rather than of the two people talking, and when it is short
+    (a standing rule is said in a line; chatter runs on)."""
+    if not states(unit):
+        return 0.0
+    score = _STATEMENT_UNIT
+    if not _INTERLOCUTOR.search(unit):
+        score += 1.0
+    if len(unit) <= _SHORT_STATEMENT:
+        score += 1.0
+    return score
 
 
 def _shorten(unit: str, limit: int, noise: set[str]) -> str:
