@@ -1,29 +1,27 @@
 """One Claude Code hook event, answered from the agent's store (and the bus, if any).
 
-Each hook runs as its own short process: it takes the agent's store for the length of
-one event (the same single-writer lock an `Agent` takes), does what the event needs,
-writes it, and lets go. The brief comes from NATS only when a URL is configured, under
-a short deadline; without it the brief parts are left out and everything else works.
+Each hook runs as its own short process: it takes the hooks' store of the agent for the
+length of one event (its single-writer lock, see `_stores`), does what the event
+needs, writes it, and lets go. The brief comes from NATS only when a URL is configured,
+under a short deadline; without it the brief parts are left out and everything else works.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import difflib
 import json
 import logging
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
 
-from ctxbus.agents.context import ContextConfig, LocalContext, StoreError, Tokenizer
+from ctxbus.agents.context import ContextConfig, LocalContext, Tokenizer
 from ctxbus.agents.hooks._events import HookAnswer, HookInput, PostToolUse, PreCompact, SessionStart, UserPromptSubmit
 from ctxbus.agents.hooks._identity import token_of
-from ctxbus.agents.hooks._stores import set_aside
+from ctxbus.agents.hooks._stores import set_aside, store_lock
 from ctxbus.agents.hooks._transcript import HostPart, HostTail, read_tail, text_of
 from ctxbus.agents.nudges import (
     Channel1,
@@ -42,7 +40,7 @@ from ctxbus.agents.nudges import (
     wrap_reminder,
 )
 from ctxbus.agents.runtime import ContextHost, save_config
-from ctxbus.bus import BriefLog, BusConfig, BusError, Leases, PidLock, Verifier, close_quietly, connect
+from ctxbus.bus import BriefLog, BusConfig, BusError, Leases, Verifier, close_quietly, connect
 from ctxbus.schemas import Domain, render_brief
 
 __all__ = ["CLAUDE_WINDOW", "HookConfig", "answer_event"]
@@ -57,11 +55,6 @@ _HOST_SESSION_KEY = "claude_code.session"
 _CALLS_KEY = "claude_code.calls"
 _TAIL_KEY = "claude_code.tail"
 _BRIEF_SEEN_KEY = "claude_code.brief_seen"
-
-_LOCK_WAIT = 5.0
-"""Seconds to wait for the store while another hook of the same agent has it."""
-_LONG_HOLD = 30.0
-"""Seconds after which a holder of the store is taken for a long-lived process."""
 
 RULES_HEADER = "[ctxbus] The user's rules for this task, verbatim, as ctxbus pinned them:"
 RULES_AFTER_COMPACT = (
@@ -79,6 +72,7 @@ class HookConfig:
     domain: Domain
     agent: str
     store: Path
+    """The hooks' own store of the agent (`hooks_store` of its `AGENT.db`)."""
     bus: BusConfig | None = None
     """None: no NATS configured; the brief parts are left out."""
     window: int = CLAUDE_WINDOW
@@ -92,10 +86,9 @@ async def answer_event(config: HookConfig, event: HookInput, *, tokenizer: Token
     :raises StoreError: if the store cannot be opened or stays locked.
     :raises BusError: never for the bus: an unreachable NATS leaves the brief out.
     """
-    config = _own_store(config)
     if isinstance(event, SessionStart) and event.source in ("startup", "clear"):
         _start_afresh(config, event.session_id)
-    with _store_lock(config.store):
+    with store_lock(config.store):
         settings = ContextConfig(window=config.window)
         context = LocalContext(config.store, config.domain, config=settings, tokenizer=tokenizer)
         try:
@@ -424,78 +417,12 @@ def user_prompts(path: str) -> Iterator[str]:
 # -- the store -------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _store_lock(store: Path) -> Iterator[None]:
-    """The agent store's single-writer lock, waited for while another hook holds it.
-
-    Hooks hold it for one event (milliseconds); a process that has held it for longer
-    than `_LONG_HOLD` is an MCP server or an `Agent` under the same name, which keeps it
-    while it runs: then it is not waited for.
-
-    :raises StoreError: if it stays held, or cannot be taken.
-    """
-    try:
-        store.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise StoreError(f"cannot create the directory of agent store {store}: {exc.strerror or exc}") from exc
-    lock = PidLock(store.with_name(store.name + ".lock"))
-    deadline = time.monotonic() + _LOCK_WAIT
-    while True:
-        try:
-            taken = lock.acquire()
-        except OSError as exc:
-            raise StoreError(f"cannot lock the agent store {store}: {exc.strerror or exc}") from exc
-        if taken:
-            break
-        if time.monotonic() > deadline or _held_for(lock.path) > _LONG_HOLD:
-            raise StoreError(
-                f"the agent store {store} is in use by process {lock.holder()}, an MCP server or agent under "
-                "the same name? Give the hooks a CTXBUS_AGENT of their own (or none: one per host session)"
-            )
-        time.sleep(0.01)
-    try:
-        yield
-    finally:
-        lock.release()
-
-
-def _own_store(config: HookConfig) -> HookConfig:
-    """`config`, or with the store beside it (`AGENT.claude-code.db`) when a long-running
-    process under the same agent name (an MCP server, an `Agent`) has the agent's store:
-    it keeps that store while it runs, and two writers would hand out the same tags."""
-    lock = PidLock(config.store.with_name(config.store.name + ".lock"))
-    if not config.store.parent.is_dir():
-        return config
-    try:
-        taken = lock.acquire()
-    except OSError:
-        return config  # _store_lock says what is wrong
-    if taken:
-        lock.release()
-        return config
-    if _held_for(lock.path) <= _LONG_HOLD:
-        return config  # another hook: wait for it
-    beside = config.store.with_name(f"{config.store.stem}.claude-code{config.store.suffix}")
-    log.info(
-        "the store of %s is in use by process %s: the hooks keep theirs in %s", config.agent, lock.holder(), beside
-    )
-    return dataclasses.replace(config, store=beside)
-
-
-def _held_for(path: Path) -> float:
-    """Seconds since the lock at `path` was last taken (its holder wrote its pid then)."""
-    try:
-        return time.time() - path.stat().st_mtime
-    except OSError:
-        return 0.0
-
-
 def _start_afresh(config: HookConfig, session_id: str) -> None:
     """A new host session under a fixed agent name starts with an empty store: the old
-    one is kept beside it, named after its session (`AGENT.<session>.db`)."""
+    one is kept beside it, named after its session (`AGENT.claude-code.<session>.db`)."""
     if not config.store.is_file():
         return
-    with _store_lock(config.store), LocalContext(config.store, config.domain) as context:
+    with store_lock(config.store), LocalContext(config.store, config.domain) as context:
         previous = context.get_state(_HOST_SESSION_KEY)
     if previous is not None and previous != session_id:
         kept = set_aside(config.store, token_of(previous, fallback="previous"))
