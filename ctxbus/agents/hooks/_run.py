@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
@@ -19,8 +20,11 @@ from ctxbus.agents.hooks._events import HookAnswer, UnknownEvent, parse_event
 from ctxbus.agents.hooks._identity import hook_agent, hook_domain
 from ctxbus.agents.hooks._session import CLAUDE_WINDOW, HookConfig, answer_event
 from ctxbus.agents.hooks._stores import hooks_store
-from ctxbus.bus import BusConfig, run_async
+from ctxbus.bus import run_async
 from ctxbus.schemas import Domain, describe_validation_error
+
+if TYPE_CHECKING:
+    from ctxbus.bus import BusConfig
 
 __all__ = ["EMPTY_ANSWER", "run_claude_code"]
 

@@ -15,8 +15,7 @@ import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-import anyio
+from typing import TYPE_CHECKING
 
 from ctxbus.agents.context import ContextConfig, LocalContext, Tokenizer
 from ctxbus.agents.hooks._events import HookAnswer, HookInput, PostToolUse, PreCompact, SessionStart, UserPromptSubmit
@@ -25,13 +24,10 @@ from ctxbus.agents.hooks._stores import set_aside, store_lock
 from ctxbus.agents.hooks._transcript import HostPart, HostTail, read_tail, text_of
 from ctxbus.agents.nudges import (
     Channel1,
-    Channel2,
-    Channel2Lease,
     HygieneWalker,
     NudgeFloors,
     ReclaimHint,
     SqliteNudgeStateStore,
-    SyntheticMessage,
     TagKind,
     TailMeasure,
     TailPart,
@@ -39,9 +35,11 @@ from ctxbus.agents.nudges import (
     protected_floor,
     wrap_reminder,
 )
-from ctxbus.agents.runtime import ContextHost, save_config
-from ctxbus.bus import BriefLog, BusConfig, BusError, Leases, Verifier, close_quietly, connect
-from ctxbus.schemas import Domain, render_brief
+from ctxbus.agents.runtime import save_config
+from ctxbus.schemas import Domain
+
+if TYPE_CHECKING:
+    from ctxbus.bus import BusConfig
 
 __all__ = ["CLAUDE_WINDOW", "HookConfig", "answer_event"]
 
@@ -210,41 +208,30 @@ class _Hook:
         return calls if isinstance(calls, dict) else {}
 
     # -- the bus -------------------------------------------------------------------------
+    # NATS, the log and the keys load only when a URL is configured (`_bus`).
 
     async def _brief(self) -> tuple[int, str] | None:
-        bus = self.config.bus
-        if bus is None:
+        if self.config.bus is None:
             return None
-        try:
-            with anyio.fail_after(self.config.bus_deadline):
-                client = await connect(bus, deadline=self.config.bus_deadline)
-                try:
-                    state = await BriefLog(client, verifier=_verifier(bus)).load(self.config.domain)
-                finally:
-                    await close_quietly(client)
-        except (BusError, TimeoutError, OSError) as exc:
-            log.warning("brief of %s left out: %s", self.config.domain, exc)
-            return None
-        return state.brief.revision, render_brief(state.brief)
+        from ctxbus.agents.hooks._bus import load_brief
+
+        return await load_brief(self.config.bus, self.config.domain, deadline=self.config.bus_deadline)
 
     async def _channel2(self, nudges: SqliteNudgeStateStore, measure: TailMeasure) -> str | None:
-        bus = self.config.bus
-        if bus is None:
+        if self.config.bus is None:
             return None
-        host = _HookHost(self.context)
-        try:
-            with anyio.fail_after(self.config.bus_deadline):
-                client = await connect(bus, deadline=self.config.bus_deadline)
-                try:
-                    leases = Leases(client)
-                    await leases.ensure()
-                    lease = Channel2Lease(leases, host, domain=self.config.domain, agent_id=self.config.agent)
-                    await Channel2(nudges, lease).observe(measure)
-                finally:
-                    await close_quietly(client)
-        except (BusError, TimeoutError, OSError) as exc:
-            log.warning("Channel 2 skipped for %s: %s", self.config.agent, exc)
-        return channel2_text(measure) if host.sent else None
+        from ctxbus.agents.hooks._bus import run_channel2
+
+        sent = await run_channel2(
+            self.config.bus,
+            self.context,
+            nudges,
+            measure,
+            domain=self.config.domain,
+            agent=self.config.agent,
+            deadline=self.config.bus_deadline,
+        )
+        return channel2_text(measure) if sent else None
 
     def _seen_brief(self) -> tuple[int, str] | None:
         try:
@@ -257,29 +244,6 @@ class _Hook:
 
     def _saw_brief(self, revision: int, text: str) -> None:
         self.context.set_state(_BRIEF_SEEN_KEY, json.dumps([revision, text]))
-
-
-class _HookHost:
-    """Channel 2's host for a hook: the message goes back as the PostToolUse `reason`
-    (Claude Code prompts the model with it), and is recorded in the agent's context so
-    that every process sees it delivered."""
-
-    def __init__(self, context: LocalContext) -> None:
-        self._record = ContextHost(context)
-        self.sent: list[str] = []
-
-    async def deliver(self, message: SyntheticMessage) -> None:
-        await self._record.deliver(message)
-        self.sent.append(message.text)
-
-    async def already_delivered(self, directive_id: str) -> bool:
-        return await self._record.already_delivered(directive_id)
-
-
-def _verifier(bus: BusConfig) -> Verifier | None:
-    if bus.credentials is None or not bus.credentials.trusted_signers:
-        return None
-    return Verifier(bus.credentials.trusted_signers)
 
 
 # -- pure helpers ----------------------------------------------------------------------
