@@ -8,16 +8,22 @@ Names are imported on first use, as in `ctxbus.coordinator`: a process that need
 the keys or the log to load.
 """
 
-import importlib as _importlib
 import typing as _typing
 
-if _typing.TYPE_CHECKING:
-    from nats.aio.client import Client as NatsClient
+from ctxbus._lazy import lazy_names as _lazy_names
 
+if _typing.TYPE_CHECKING:
     from ctxbus.bus._auth import AuthStore, Credentials, CredentialsError, Role
     from ctxbus.bus._brief_log import BriefLog, BriefState, EntryOutcome, batch_msg_id, commits_of, read_entry
     from ctxbus.bus._cluster import LoopbackCluster
-    from ctxbus.bus._connection import DEFAULT_CONNECT_DEADLINE, BusConfig, TlsConfig, close_quietly, connect
+    from ctxbus.bus._connection import (
+        DEFAULT_CONNECT_DEADLINE,
+        BusConfig,
+        NatsClient,
+        TlsConfig,
+        close_quietly,
+        connect,
+    )
     from ctxbus.bus._errors import (
         AppendExpired,
         BusError,
@@ -171,7 +177,7 @@ _EXPORTS = {
     "_auth": ("AuthStore", "Credentials", "CredentialsError", "Role"),
     "_brief_log": ("BriefLog", "BriefState", "EntryOutcome", "batch_msg_id", "commits_of", "read_entry"),
     "_cluster": ("LoopbackCluster",),
-    "_connection": ("DEFAULT_CONNECT_DEADLINE", "BusConfig", "TlsConfig", "close_quietly", "connect"),
+    "_connection": ("DEFAULT_CONNECT_DEADLINE", "BusConfig", "NatsClient", "TlsConfig", "close_quietly", "connect"),
     "_errors": (
         "AppendExpired",
         "BusError",
@@ -226,18 +232,4 @@ _EXPORTS = {
 _HOMES = {name: f"{__name__}.{module}" for module, names in _EXPORTS.items() for name in names}
 
 
-def __getattr__(name: str) -> object:
-    if name == "NatsClient":
-        from nats.aio.client import Client
-
-        value: object = Client
-    elif name in _HOMES:
-        value = getattr(_importlib.import_module(_HOMES[name]), name)
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value  # found directly next time
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = _lazy_names(__name__, _HOMES)

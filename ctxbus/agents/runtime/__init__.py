@@ -5,8 +5,9 @@ Names are imported on first use, as in `ctxbus.coordinator`: `save_config` and
 its brief replica and the bus.
 """
 
-import importlib as _importlib
 import typing as _typing
+
+from ctxbus._lazy import lazy_names as _lazy_names
 
 if _typing.TYPE_CHECKING:
     from ctxbus.agents.runtime._agent import Agent, AgentConfig, AgentState, HostFactory, ToolOutcome
@@ -46,14 +47,4 @@ _EXPORTS = {
 _HOMES = {name: f"{__name__}.{module}" for module, names in _EXPORTS.items() for name in names}
 
 
-def __getattr__(name: str) -> object:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(_importlib.import_module(home), name)
-    globals()[name] = value  # found directly next time
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = _lazy_names(__name__, _HOMES)
