@@ -61,7 +61,7 @@ def rules_at_compactions() -> None:
     """At each real compaction of the anchor sessions: the rules ctxbus pinned before it,
     how many Claude Code's own summary (recorded in the session) holds verbatim (their
     first 80 characters), and how many the hooks' SessionStart puts back."""
-    from ctxbus.agents.hooks import hook_agent, hook_domain, run_claude_code
+    from ctxbus.agents.hooks import hook_agent, hook_domain, hooks_store, run_claude_code
     from ctxbus.agents.runtime import inspect_store
 
     print("rules at the sessions' own compactions (Claude Code's summary, as recorded, against the hooks)")
@@ -86,7 +86,7 @@ def rules_at_compactions() -> None:
                     restored = context_of(check_output("SessionStart", out))
                     break
             domain = hook_domain({}, str(session.cwd))
-            store = state.joinpath("agents", *domain.tokens, f"{hook_agent({}, session.session_id)}.db")
+            store = hooks_store(state.joinpath("agents", *domain.tokens, f"{hook_agent({}, session.session_id)}.db"))
             pinned = next(view for view in inspect_store(store, domain) if view.name == "pinned")
             rules = [item.text for item in pinned.items if item.kind != "opening"]  # as `ctxbus inspect` shows them
             summary = rows[at]["content"]

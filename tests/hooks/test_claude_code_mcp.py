@@ -4,10 +4,13 @@ the hooks archive, the MCP server's ctx_search finds and its ctx_read reads."""
 from __future__ import annotations
 
 import functools
+import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import anyio.to_thread
 
 from tests.hooks._claude import ClaudeSession, check_output, claude_sessions
@@ -71,3 +74,11 @@ async def test_output_the_hooks_archived_is_found_and_read_through_the_agents_mc
         assert "no message with tag or id" in unknown, unknown
     log = state / "hooks" / "claude-code.log"
     assert not log.exists() or " ERROR " not in log.read_text()  # no hook failed (and answered `{}`)
+    shown = await anyio.run_process(
+        [sys.executable, "-m", "ctxbus.coordinator.cli", "inspect", "claude-1", "-d", domain],
+        env={**os.environ, "CTXBUS_STATE_DIR": str(state), "COLUMNS": "400"},
+    )
+    said = " ".join(shown.stdout.decode().split())
+    assert f"{big['tool_name']} (Claude Code, score" in said  # the server's own store: what its ctx_search returned
+    assert "never sees the host's own system prompt" in said
+    assert f"{state / 'agents' / Path(*domain.split('/')) / 'claude-1.claude-code.db'}" in said, said  # and the hooks'
