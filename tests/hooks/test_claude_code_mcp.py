@@ -43,6 +43,8 @@ async def test_output_the_hooks_archived_is_found_and_read_through_the_agents_mc
     anchor = next(path for path in claude_sessions() if path.name == SESSION)
     session = ClaudeSession(anchor, tmp_path / "transcript.jsonl", tmp_path)
     async with serve(url, domain, "claude-1", state) as mcp:  # holds claude-1.db from here on
+        before = text(await call(mcp, "ctx_read", tag="0123456789abcdef-9999"))  # no hooks' store yet
+        assert "no message with tag or id '0123456789abcdef-9999'" in before, before
         outputs: list[str] = []
         big: dict[str, Any] | None = None
         for payload in session.events():

@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ctxbus.agents.context import LocalContext, SearchHit, StoreError, Tokenizer
+from ctxbus.agents.context import LocalContext, SearchHit, StoreError, Tokenizer, UnknownReference
 from ctxbus.bus import PidLock
 from ctxbus.schemas import Domain
 
@@ -108,7 +108,7 @@ class HooksArchive:
         :raises StoreError: if the store cannot be read.
         """
         if not self.path.is_file():
-            raise StoreError(f"the Claude Code hooks have recorded nothing for this agent ({self.path} is missing)")
+            raise UnknownReference(f"no message with id {ref!r}: the Claude Code hooks recorded nothing for this agent")
         with self._open() as context:
             return context.read(ref, lines=lines, query=query, offset=offset, limit=limit)
 
