@@ -1,6 +1,6 @@
 """How long `ctxbus hook claude-code` takes to answer each Claude Code hook event.
 
-    python bench/hooks.py [--session NAME] [--prompts 20] [--tools 60] [--nats URL]
+    python bench/hooks.py [--session NAME] [--prompts 20] [--tools 60] [--nats URL] [--against DIR]
     python bench/hooks.py --rules
 
 Replays a real Claude Code session of the anchors (`../shared/anchors/transcripts/
@@ -12,7 +12,10 @@ for the first `--tools` tool results, then PreCompact and SessionStart (compact)
 several times. Prints the median and p95 per event and their ratio to a bare Python
 start (`python -c pass`) and to `ctxbus --version`, timed in the same run, in turn.
 With `--nats URL` the brief is read from that server (a `ctxbus up`): the hooks' extra
-cost of the bus.
+cost of the bus. With `--against DIR` (another ctxbus tree: a checkout, or
+`git archive REV ctxbus | tar -x -C DIR`), every event is also answered by that code,
+from a state of its own, in turn with this one (which goes first alternates), and each
+event's row gains the ratio of this code's median to that code's.
 
 `--rules` instead replays each session that was compacted while it was recorded up to
 that moment, and compares the rules ctxbus pinned with Claude Code's own summary,
@@ -41,6 +44,9 @@ from _stats import percentile  # noqa: E402
 
 from tests.hooks._claude import CONTINUED, ClaudeSession, check_output, claude_sessions, context_of  # noqa: E402
 
+AGAINST = " [against]"
+"""What the rows of the `--against` tree are named by: the event's name and this."""
+
 
 def _timed(argv: list[str], stdin: bytes, env: dict[str, str]) -> tuple[float, str]:
     started = time.perf_counter()
@@ -55,7 +61,7 @@ def rules_at_compactions() -> None:
     """At each real compaction of the anchor sessions: the rules ctxbus pinned before it,
     how many Claude Code's own summary (recorded in the session) holds verbatim (their
     first 80 characters), and how many the hooks' SessionStart puts back."""
-    from ctxbus.agents.hooks import hook_agent, hook_domain, run_claude_code
+    from ctxbus.agents.hooks import hook_agent, hook_domain, hooks_store, run_claude_code
     from ctxbus.agents.runtime import inspect_store
 
     print("rules at the sessions' own compactions (Claude Code's summary, as recorded, against the hooks)")
@@ -80,7 +86,7 @@ def rules_at_compactions() -> None:
                     restored = context_of(check_output("SessionStart", out))
                     break
             domain = hook_domain({}, str(session.cwd))
-            store = state.joinpath("agents", *domain.tokens, f"{hook_agent({}, session.session_id)}.db")
+            store = hooks_store(state.joinpath("agents", *domain.tokens, f"{hook_agent({}, session.session_id)}.db"))
             pinned = next(view for view in inspect_store(store, domain) if view.name == "pinned")
             rules = [item.text for item in pinned.items if item.kind != "opening"]  # as `ctxbus inspect` shows them
             summary = rows[at]["content"]
@@ -97,6 +103,7 @@ def main() -> None:
     parser.add_argument("--compactions", type=int, default=10)
     parser.add_argument("--nats", default="")
     parser.add_argument("--rules", action="store_true", help="Only the rules at the sessions' own compactions.")
+    parser.add_argument("--against", type=Path, help="Another ctxbus tree to time, event by event, with this one.")
     args = parser.parse_args()
     if args.rules:
         rules_at_compactions()
@@ -112,12 +119,24 @@ def main() -> None:
         session = ClaudeSession(anchor, Path(tmp) / "transcript.jsonl", Path(tmp))
         counts = {"UserPromptSubmit": args.prompts, "PostToolUse": args.tools}
 
+        commands = {"": ([str(ctxbus), "hook", "claude-code"], env)}
+        if args.against:  # as the console script runs it, from the other tree
+            script = "import sys; from ctxbus.coordinator.cli import main; sys.exit(main())"
+            state = str(Path(tmp) / "against")
+            against_env = {**env, "PYTHONPATH": str(args.against.resolve()), "CTXBUS_STATE_DIR": state}
+            # -P: not the working directory first on the path, which may hold this tree's ctxbus
+            commands[AGAINST] = ([sys.executable, "-P", "-c", script, "hook", "claude-code"], against_env)
+
         def run(payload: dict[str, object]) -> None:
             event = str(payload["hook_event_name"])
-            elapsed, out = _timed([str(ctxbus), "hook", "claude-code"], json.dumps(payload).encode(), env)
-            check_output(event, out)
             key = f"{event} ({payload['source']})" if event == "SessionStart" else event
-            samples[key].append(elapsed)
+            turn = list(commands.items())
+            if len(samples[key]) % 2:
+                turn.reverse()
+            for label, (argv, variables) in turn:
+                elapsed, out = _timed(argv, json.dumps(payload).encode(), variables)
+                check_output(event, out)
+                samples[key + label].append(elapsed)
             # the baselines, in turn with the hooks so that load hits both alike
             samples["python -c pass"].append(_timed([sys.executable, "-c", "pass"], b"", env)[0])
             if len(samples["python -c pass"]) % 4 == 0:
@@ -140,12 +159,16 @@ def main() -> None:
         base = statistics.median(samples["python -c pass"])
         version = statistics.median(samples["ctxbus --version"])
         print(f"ctxbus hook claude-code, {anchor.name}, {'NATS ' + args.nats if args.nats else 'no NATS'}")
-        print(f"  {'event':<26} {'n':>4} {'median':>9} {'p95':>9} {'/python':>8} {'/--version':>10}")
+        if args.against:
+            print(f"  against: {args.against} (rows{AGAINST}); /against: this code's median over that code's")
+        print(f"  {'event':<36} {'n':>4} {'median':>9} {'p95':>9} {'/python':>8} {'/--version':>10} {'/against':>9}")
         for name, values in sorted(samples.items()):
             median = statistics.median(values)
+            theirs = samples.get(name + AGAINST)
+            ratio = f"{median / statistics.median(theirs):8.2f}x" if theirs else ""
             print(
-                f"  {name:<26} {len(values):>4} {median * 1000:7.0f}ms {percentile(values, 95) * 1000:7.0f}ms"
-                f" {median / base:7.1f}x {median / version:9.2f}x"
+                f"  {name:<36} {len(values):>4} {median * 1000:7.0f}ms {percentile(values, 95) * 1000:7.0f}ms"
+                f" {median / base:7.1f}x {median / version:9.2f}x {ratio:>9}"
             )
 
 

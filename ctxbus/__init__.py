@@ -10,5 +10,7 @@ The packages, from the bottom up (each imports only those before it; the CLI in
   agent loop, the MCP server, the framework adapters, the Claude Code hooks);
 - `ctxbus.coordinator`: the daemon that commits the brief, and the `ctxbus` command.
 
-Nothing is imported here, so `import ctxbus.bus` costs only what `ctxbus.bus` needs.
+Nothing is imported here, so `import ctxbus.bus` costs only what `ctxbus.bus` needs;
+`ctxbus._lazy`, which belongs to no package and which any may import, lets a package
+load its names on first use.
 """

@@ -22,7 +22,18 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ctxbus.bus._auth import Credentials
 from ctxbus.bus._errors import BusUnavailable, NotAuthorized
 
-__all__ = ["BusConfig", "TlsConfig", "connect", "close_quietly", "DEFAULT_CLOSE_DEADLINE", "DEFAULT_CONNECT_DEADLINE"]
+__all__ = [
+    "BusConfig",
+    "NatsClient",
+    "TlsConfig",
+    "connect",
+    "close_quietly",
+    "DEFAULT_CLOSE_DEADLINE",
+    "DEFAULT_CONNECT_DEADLINE",
+]
+
+NatsClient = Client
+"""nats' client class, the one `connect` returns: the name the rest of ctxbus uses."""
 
 log = logging.getLogger(__name__)
 

@@ -5,8 +5,9 @@ package too, and `ctxbus --version` must not wait for the daemon, NATS and pydan
 load.
 """
 
-import importlib as _importlib
 import typing as _typing
+
+from ctxbus._lazy import lazy_names as _lazy_names
 
 if _typing.TYPE_CHECKING:
     from ctxbus.bus import GLOBAL_DLQ, METRICS_SUBJECT, STATUS_SUBJECT
@@ -47,14 +48,4 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> object:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(_importlib.import_module(home), name)
-    globals()[name] = value  # found directly next time
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = _lazy_names(__name__, _HOMES)

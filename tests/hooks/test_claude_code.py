@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -59,7 +58,7 @@ def in_process(
 def inspect_pinned(state: Path, session: ClaudeSession) -> list[str]:
     """The pinned layer as `ctxbus inspect` shows it, for the session's own agent."""
     agent = hook_agent({}, session.session_id)
-    stores = list((state / "agents").rglob(f"{agent}.db"))
+    stores = list((state / "agents").rglob(f"{agent}.claude-code.db"))
     assert len(stores) == 1, stores
     domain = "/".join(stores[0].relative_to(state / "agents").parts[:3])
     done = subprocess.run(
@@ -122,7 +121,7 @@ def test_a_fixed_agent_name_keeps_one_store_per_host_session(tmp_path: Path) -> 
     fresh = hook({**second.common("SessionStart"), "source": "startup"}, state, **env)
     assert check_output("SessionStart", fresh).hookSpecificOutput is None
     stores = {p.name for p in (state / "agents" / "alice" / "s1" / "cache-fix").glob("*.db")}
-    assert stores == {f"claude-1.{first.session_id}.db", "claude-1.db"}, stores
+    assert stores == {f"claude-1.claude-code.{first.session_id}.db", "claude-1.claude-code.db"}, stores
 
 
 def test_reminders_come_with_the_tail_and_go_with_a_compaction(tmp_path: Path) -> None:
@@ -203,19 +202,17 @@ def test_rules_over_claude_codes_limit_are_all_reachable_from_the_context(tmp_pa
     assert not missing, missing
 
 
-def test_a_store_held_by_a_long_running_process_leaves_the_hooks_a_store_beside_it(tmp_path: Path) -> None:
-    """An MCP server (or Agent) under the hooks' agent name holds the store while it runs:
-    the hooks keep theirs beside it and work as ever."""
+def test_the_hooks_neither_wait_for_nor_touch_a_store_a_running_process_holds(tmp_path: Path) -> None:
+    """An MCP server (or Agent) under the hooks' agent name holds `AGENT.db` while it
+    runs, from the moment it starts: the hooks keep theirs beside it and work as ever."""
     state = tmp_path / "state"
     env = {"CTXBUS_DOMAIN": "alice/s1/cache-fix", "CTXBUS_AGENT": "claude-1"}
     session = ClaudeSession(SESSIONS["bookminder__day-005__s0.jsonl"], tmp_path / "t.jsonl", tmp_path)
     store = store_of(state)(Domain.parse(env["CTXBUS_DOMAIN"]), env["CTXBUS_AGENT"])
     store.parent.mkdir(parents=True)
     lock = PidLock(store.with_name(store.name + ".lock"))
-    assert lock.acquire()
+    assert lock.acquire()  # taken just now, as by a server that started with the session
     try:
-        an_hour_ago = time.time() - 3600
-        os.utime(lock.path, (an_hour_ago, an_hour_ago))
         prompt = {**session.common("UserPromptSubmit"), "prompt": "Never push to main."}
         assert hook(prompt, state, **env) == "{}\n"
         start = {**session.common("SessionStart"), "source": "compact"}
@@ -224,8 +221,7 @@ def test_a_store_held_by_a_long_running_process_leaves_the_hooks_a_store_beside_
         lock.release()
     assert not store.exists()  # the holder's store is not touched
     assert store.with_name("claude-1.claude-code.db").is_file()
-    log = (state / "hooks" / "claude-code.log").read_text()
-    assert f"in use by process {os.getpid()}" in log
+    assert " ERROR " not in (state / "hooks" / "claude-code.log").read_text()
 
 
 def test_precompact_takes_the_prompts_given_before_the_hooks_from_the_transcript(tmp_path: Path) -> None:

@@ -19,7 +19,9 @@ claude-code` answers one such event (JSON on stdin, JSON on stdout):
   installed are taken from the transcript) before the host compacts.
 
 Any failure is logged and answered with `{}`; NATS is optional (the brief parts are
-left out without it). See `_identity` for which agent and store an event belongs to.
+left out without it). See `_identity` for which agent an event belongs to, and
+`_stores` for where the hooks keep what they record (`AGENT.claude-code.db`, beside the
+agent's store) and how the agent's MCP server reads it (`HooksArchive`).
 """
 
 from ctxbus.agents.hooks._events import (
@@ -38,7 +40,7 @@ from ctxbus.agents.hooks._identity import hook_agent, hook_domain
 from ctxbus.agents.hooks._install import HOOK_EVENTS, HOOK_TIMEOUT, install_hooks
 from ctxbus.agents.hooks._run import EMPTY_ANSWER, run_claude_code
 from ctxbus.agents.hooks._session import CLAUDE_WINDOW, HookConfig, answer_event, pinned_rules
-from ctxbus.agents.hooks._stores import set_aside
+from ctxbus.agents.hooks._stores import HooksArchive, hooks_store, set_aside
 from ctxbus.agents.hooks._transcript import HostTail, read_tail, text_of
 
 __all__ = [
@@ -50,6 +52,7 @@ __all__ = [
     "HookAnswer",
     "HookConfig",
     "HookInput",
+    "HooksArchive",
     "HostTail",
     "PostToolUse",
     "PreCompact",
@@ -60,6 +63,7 @@ __all__ = [
     "answer_event",
     "hook_agent",
     "hook_domain",
+    "hooks_store",
     "install_hooks",
     "parse_event",
     "pinned_rules",

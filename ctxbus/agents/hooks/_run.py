@@ -12,14 +12,19 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from ctxbus.agents.hooks._events import HookAnswer, UnknownEvent, parse_event
 from ctxbus.agents.hooks._identity import hook_agent, hook_domain
 from ctxbus.agents.hooks._session import CLAUDE_WINDOW, HookConfig, answer_event
-from ctxbus.bus import BusConfig, run_async
+from ctxbus.agents.hooks._stores import hooks_store
+from ctxbus.bus import run_async
 from ctxbus.schemas import Domain, describe_validation_error
+
+if TYPE_CHECKING:
+    from ctxbus.bus import BusConfig
 
 __all__ = ["EMPTY_ANSWER", "run_claude_code"]
 
@@ -38,7 +43,8 @@ def run_claude_code(
 ) -> str:
     """The JSON answer to the hook event in `raw`; `{}` on any error (logged).
 
-    :param store_of: the store of an agent on a domain.
+    :param store_of: the store of an agent on a domain (`AGENT.db`); the hooks keep
+        theirs beside it (`hooks_store`).
     :param bus: the NATS settings, or None when no URL is configured (called once the
         event is known to need an agent).
     """
@@ -51,7 +57,8 @@ def run_claude_code(
             return EMPTY_ANSWER  # an event we do not handle: nothing opened, nothing to add
         domain = hook_domain(env, event.cwd)
         agent = hook_agent(env, event.session_id)
-        config = HookConfig(domain=domain, agent=agent, store=store_of(domain, agent), bus=bus(), window=window)
+        store = hooks_store(store_of(domain, agent))
+        config = HookConfig(domain=domain, agent=agent, store=store, bus=bus(), window=window)
         answer: HookAnswer = run_async(answer_event, config, event)
         text = answer.to_json()
     except ValidationError as exc:

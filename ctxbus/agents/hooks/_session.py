@@ -1,39 +1,33 @@
 """One Claude Code hook event, answered from the agent's store (and the bus, if any).
 
-Each hook runs as its own short process: it takes the agent's store for the length of
-one event (the same single-writer lock an `Agent` takes), does what the event needs,
-writes it, and lets go. The brief comes from NATS only when a URL is configured, under
-a short deadline; without it the brief parts are left out and everything else works.
+Each hook runs as its own short process: it takes the hooks' store of the agent for the
+length of one event (its single-writer lock, see `_stores`), does what the event
+needs, writes it, and lets go. The brief comes from NATS only when a URL is configured,
+under a short deadline; without it the brief parts are left out and everything else works.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import difflib
 import json
 import logging
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import anyio
-
-from ctxbus.agents.context import ContextConfig, LocalContext, StoreError, Tokenizer
+from ctxbus.agents.context import ContextConfig, LocalContext, Tokenizer
 from ctxbus.agents.hooks._events import HookAnswer, HookInput, PostToolUse, PreCompact, SessionStart, UserPromptSubmit
 from ctxbus.agents.hooks._identity import token_of
-from ctxbus.agents.hooks._stores import set_aside
+from ctxbus.agents.hooks._stores import set_aside, store_lock
 from ctxbus.agents.hooks._transcript import HostPart, HostTail, read_tail, text_of
 from ctxbus.agents.nudges import (
     Channel1,
-    Channel2,
-    Channel2Lease,
     HygieneWalker,
     NudgeFloors,
     ReclaimHint,
     SqliteNudgeStateStore,
-    SyntheticMessage,
     TagKind,
     TailMeasure,
     TailPart,
@@ -41,9 +35,11 @@ from ctxbus.agents.nudges import (
     protected_floor,
     wrap_reminder,
 )
-from ctxbus.agents.runtime import ContextHost, save_config
-from ctxbus.bus import BriefLog, BusConfig, BusError, Leases, PidLock, Verifier, close_quietly, connect
-from ctxbus.schemas import Domain, render_brief
+from ctxbus.agents.runtime import save_config
+from ctxbus.schemas import Domain
+
+if TYPE_CHECKING:
+    from ctxbus.bus import BusConfig
 
 __all__ = ["CLAUDE_WINDOW", "HookConfig", "answer_event"]
 
@@ -57,11 +53,6 @@ _HOST_SESSION_KEY = "claude_code.session"
 _CALLS_KEY = "claude_code.calls"
 _TAIL_KEY = "claude_code.tail"
 _BRIEF_SEEN_KEY = "claude_code.brief_seen"
-
-_LOCK_WAIT = 5.0
-"""Seconds to wait for the store while another hook of the same agent has it."""
-_LONG_HOLD = 30.0
-"""Seconds after which a holder of the store is taken for a long-lived process."""
 
 RULES_HEADER = "[ctxbus] The user's rules for this task, verbatim, as ctxbus pinned them:"
 RULES_AFTER_COMPACT = (
@@ -79,6 +70,7 @@ class HookConfig:
     domain: Domain
     agent: str
     store: Path
+    """The hooks' own store of the agent (`hooks_store` of its `AGENT.db`)."""
     bus: BusConfig | None = None
     """None: no NATS configured; the brief parts are left out."""
     window: int = CLAUDE_WINDOW
@@ -92,10 +84,9 @@ async def answer_event(config: HookConfig, event: HookInput, *, tokenizer: Token
     :raises StoreError: if the store cannot be opened or stays locked.
     :raises BusError: never for the bus: an unreachable NATS leaves the brief out.
     """
-    config = _own_store(config)
     if isinstance(event, SessionStart) and event.source in ("startup", "clear"):
         _start_afresh(config, event.session_id)
-    with _store_lock(config.store):
+    with store_lock(config.store):
         settings = ContextConfig(window=config.window)
         context = LocalContext(config.store, config.domain, config=settings, tokenizer=tokenizer)
         try:
@@ -217,41 +208,30 @@ class _Hook:
         return calls if isinstance(calls, dict) else {}
 
     # -- the bus -------------------------------------------------------------------------
+    # NATS, the log and the keys load only when a URL is configured (`_bus`).
 
     async def _brief(self) -> tuple[int, str] | None:
-        bus = self.config.bus
-        if bus is None:
+        if self.config.bus is None:
             return None
-        try:
-            with anyio.fail_after(self.config.bus_deadline):
-                client = await connect(bus, deadline=self.config.bus_deadline)
-                try:
-                    state = await BriefLog(client, verifier=_verifier(bus)).load(self.config.domain)
-                finally:
-                    await close_quietly(client)
-        except (BusError, TimeoutError, OSError) as exc:
-            log.warning("brief of %s left out: %s", self.config.domain, exc)
-            return None
-        return state.brief.revision, render_brief(state.brief)
+        from ctxbus.agents.hooks._bus import load_brief
+
+        return await load_brief(self.config.bus, self.config.domain, deadline=self.config.bus_deadline)
 
     async def _channel2(self, nudges: SqliteNudgeStateStore, measure: TailMeasure) -> str | None:
-        bus = self.config.bus
-        if bus is None:
+        if self.config.bus is None:
             return None
-        host = _HookHost(self.context)
-        try:
-            with anyio.fail_after(self.config.bus_deadline):
-                client = await connect(bus, deadline=self.config.bus_deadline)
-                try:
-                    leases = Leases(client)
-                    await leases.ensure()
-                    lease = Channel2Lease(leases, host, domain=self.config.domain, agent_id=self.config.agent)
-                    await Channel2(nudges, lease).observe(measure)
-                finally:
-                    await close_quietly(client)
-        except (BusError, TimeoutError, OSError) as exc:
-            log.warning("Channel 2 skipped for %s: %s", self.config.agent, exc)
-        return channel2_text(measure) if host.sent else None
+        from ctxbus.agents.hooks._bus import run_channel2
+
+        sent = await run_channel2(
+            self.config.bus,
+            self.context,
+            nudges,
+            measure,
+            domain=self.config.domain,
+            agent=self.config.agent,
+            deadline=self.config.bus_deadline,
+        )
+        return channel2_text(measure) if sent else None
 
     def _seen_brief(self) -> tuple[int, str] | None:
         try:
@@ -264,29 +244,6 @@ class _Hook:
 
     def _saw_brief(self, revision: int, text: str) -> None:
         self.context.set_state(_BRIEF_SEEN_KEY, json.dumps([revision, text]))
-
-
-class _HookHost:
-    """Channel 2's host for a hook: the message goes back as the PostToolUse `reason`
-    (Claude Code prompts the model with it), and is recorded in the agent's context so
-    that every process sees it delivered."""
-
-    def __init__(self, context: LocalContext) -> None:
-        self._record = ContextHost(context)
-        self.sent: list[str] = []
-
-    async def deliver(self, message: SyntheticMessage) -> None:
-        await self._record.deliver(message)
-        self.sent.append(message.text)
-
-    async def already_delivered(self, directive_id: str) -> bool:
-        return await self._record.already_delivered(directive_id)
-
-
-def _verifier(bus: BusConfig) -> Verifier | None:
-    if bus.credentials is None or not bus.credentials.trusted_signers:
-        return None
-    return Verifier(bus.credentials.trusted_signers)
 
 
 # -- pure helpers ----------------------------------------------------------------------
@@ -424,78 +381,12 @@ def user_prompts(path: str) -> Iterator[str]:
 # -- the store -------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _store_lock(store: Path) -> Iterator[None]:
-    """The agent store's single-writer lock, waited for while another hook holds it.
-
-    Hooks hold it for one event (milliseconds); a process that has held it for longer
-    than `_LONG_HOLD` is an MCP server or an `Agent` under the same name, which keeps it
-    while it runs: then it is not waited for.
-
-    :raises StoreError: if it stays held, or cannot be taken.
-    """
-    try:
-        store.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise StoreError(f"cannot create the directory of agent store {store}: {exc.strerror or exc}") from exc
-    lock = PidLock(store.with_name(store.name + ".lock"))
-    deadline = time.monotonic() + _LOCK_WAIT
-    while True:
-        try:
-            taken = lock.acquire()
-        except OSError as exc:
-            raise StoreError(f"cannot lock the agent store {store}: {exc.strerror or exc}") from exc
-        if taken:
-            break
-        if time.monotonic() > deadline or _held_for(lock.path) > _LONG_HOLD:
-            raise StoreError(
-                f"the agent store {store} is in use by process {lock.holder()}, an MCP server or agent under "
-                "the same name? Give the hooks a CTXBUS_AGENT of their own (or none: one per host session)"
-            )
-        time.sleep(0.01)
-    try:
-        yield
-    finally:
-        lock.release()
-
-
-def _own_store(config: HookConfig) -> HookConfig:
-    """`config`, or with the store beside it (`AGENT.claude-code.db`) when a long-running
-    process under the same agent name (an MCP server, an `Agent`) has the agent's store:
-    it keeps that store while it runs, and two writers would hand out the same tags."""
-    lock = PidLock(config.store.with_name(config.store.name + ".lock"))
-    if not config.store.parent.is_dir():
-        return config
-    try:
-        taken = lock.acquire()
-    except OSError:
-        return config  # _store_lock says what is wrong
-    if taken:
-        lock.release()
-        return config
-    if _held_for(lock.path) <= _LONG_HOLD:
-        return config  # another hook: wait for it
-    beside = config.store.with_name(f"{config.store.stem}.claude-code{config.store.suffix}")
-    log.info(
-        "the store of %s is in use by process %s: the hooks keep theirs in %s", config.agent, lock.holder(), beside
-    )
-    return dataclasses.replace(config, store=beside)
-
-
-def _held_for(path: Path) -> float:
-    """Seconds since the lock at `path` was last taken (its holder wrote its pid then)."""
-    try:
-        return time.time() - path.stat().st_mtime
-    except OSError:
-        return 0.0
-
-
 def _start_afresh(config: HookConfig, session_id: str) -> None:
     """A new host session under a fixed agent name starts with an empty store: the old
-    one is kept beside it, named after its session (`AGENT.<session>.db`)."""
+    one is kept beside it, named after its session (`AGENT.claude-code.<session>.db`)."""
     if not config.store.is_file():
         return
-    with _store_lock(config.store), LocalContext(config.store, config.domain) as context:
+    with store_lock(config.store), LocalContext(config.store, config.domain) as context:
         previous = context.get_state(_HOST_SESSION_KEY)
     if previous is not None and previous != session_id:
         kept = set_aside(config.store, token_of(previous, fallback="previous"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import signal
+from collections.abc import Sequence
 
 import anyio
 from anyio import TASK_STATUS_IGNORED, CancelScope
@@ -14,6 +15,7 @@ from ctxbus.agents.mcp._host import McpHost
 from ctxbus.agents.mcp._server import build_server
 from ctxbus.agents.mcp._stdio import run_stdio
 from ctxbus.agents.runtime import Agent, AgentConfig
+from ctxbus.agents.tools import Archive
 from ctxbus.bus import STOP_SIGNALS, BusConfig, close_quietly, connect
 from ctxbus.schemas import first_ctxbus_error
 
@@ -32,9 +34,11 @@ def host_context(window: int) -> ContextConfig:
     return ContextConfig(window=window, archive_threshold=window)
 
 
-async def serve_stdio(bus: BusConfig, config: AgentConfig) -> None:
+async def serve_stdio(bus: BusConfig, config: AgentConfig, *, archives: Sequence[Archive] = ()) -> None:
     """Serve the agent of `config` on stdin/stdout until the client hangs up or a stop
     signal (SIGINT, SIGTERM, SIGHUP) comes.
+
+    :param archives: the agent's other stores that ctx_search and ctx_read reach too.
 
     Nothing is written to stdout but MCP messages; logs go to stderr.
 
@@ -49,7 +53,7 @@ async def serve_stdio(bus: BusConfig, config: AgentConfig) -> None:
                 async with anyio.create_task_group() as tg:
                     await tg.start(_cancel_on_signal, tg.cancel_scope)
                     log.info("serving %s on %s over stdio", agent.id, agent.domain)
-                    await run_stdio(build_server(agent))
+                    await run_stdio(build_server(agent, archives=archives))
                     tg.cancel_scope.cancel()
             except BaseExceptionGroup as group:
                 found = first_ctxbus_error(group)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -15,6 +16,7 @@ from ctxbus.agents.mcp._calls import ToolCalls
 from ctxbus.agents.mcp._host import McpHost
 from ctxbus.agents.mcp._tools import MCP_PROPOSE_DEADLINE, AgentTools
 from ctxbus.agents.runtime import Agent
+from ctxbus.agents.tools import Archive
 from ctxbus.schemas import UsageError, describe_validation_error
 
 __all__ = ["brief_uri", "build_server"]
@@ -66,18 +68,22 @@ def brief_uri(agent: Agent) -> str:
     return f"ctxbus://brief/{agent.domain}"
 
 
-def build_server(agent: Agent, *, propose_deadline: float = MCP_PROPOSE_DEADLINE) -> MCPServer[Any]:
+def build_server(
+    agent: Agent, *, propose_deadline: float = MCP_PROPOSE_DEADLINE, archives: Sequence[Archive] = ()
+) -> MCPServer[Any]:
     """An MCP server whose tools act as `agent`, which must have been built with
     `host_for=McpHost` (Channel 2 messages ride on the tool results).
 
     :param propose_deadline: seconds `brief_propose` waits for a coordinator.
+    :param archives: the agent's other stores that ctx_search and ctx_read reach too
+        (what the host's hooks recorded: `agents.hooks.HooksArchive`).
     :raises UsageError: if the agent's host is not an `McpHost`.
     """
     host = agent.host
     if not isinstance(host, McpHost):
         raise UsageError(f"an MCP server needs an agent built with host_for=McpHost, not host {host!r}")
     uri = brief_uri(agent)
-    tools = AgentTools(agent, ToolCalls(agent, host), propose_deadline=propose_deadline)
+    tools = AgentTools(agent, ToolCalls(agent, host), propose_deadline=propose_deadline, archives=archives)
     server: MCPServer[Any] = _Server(
         name="ctxbus",
         title=f"ctxbus agent {agent.id} on {agent.domain}",

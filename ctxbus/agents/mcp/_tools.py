@@ -8,14 +8,14 @@ goes through `ToolCalls`, which records it and returns a tagged `CallToolResult`
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
 from mcp.types import CallToolResult
 
 from ctxbus.agents.mcp._calls import ToolCalls
 from ctxbus.agents.runtime import Agent
-from ctxbus.agents.tools import BUILTIN_TOOLS, PROPOSE_DEADLINE, BuiltinTools
+from ctxbus.agents.tools import BUILTIN_TOOLS, PROPOSE_DEADLINE, Archive, BuiltinTools
 
 __all__ = ["AgentTools", "MCP_PROPOSE_DEADLINE"]
 
@@ -36,9 +36,16 @@ class AgentTools:
     ctx_reduce: Tool
     ctx_status: Tool
 
-    def __init__(self, agent: Agent, calls: ToolCalls, *, propose_deadline: float = MCP_PROPOSE_DEADLINE) -> None:
+    def __init__(
+        self,
+        agent: Agent,
+        calls: ToolCalls,
+        *,
+        propose_deadline: float = MCP_PROPOSE_DEADLINE,
+        archives: Sequence[Archive] = (),
+    ) -> None:
         self._agent = agent
-        self._bodies = BuiltinTools(agent, propose_deadline=propose_deadline)
+        self._bodies = BuiltinTools(agent, propose_deadline=propose_deadline, archives=archives)
         for name in BUILTIN_TOOLS:
             setattr(self, name, _recorded(name, getattr(self._bodies, name), calls))
 

@@ -46,13 +46,16 @@ import time
 import uuid
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Final, assert_never
+from typing import TYPE_CHECKING, Final, assert_never
 
 import anyio
 
 from ctxbus.agents.nudges._channel2 import HostAdapter, SyntheticMessage, directive_id
-from ctxbus.bus import BusError, CasConflict, Lease, LeaseHeld, Leases, kv_key
+from ctxbus.bus import BusError, CasConflict, LeaseHeld, kv_key
 from ctxbus.schemas import Domain, LeaseRecord, UsageError, validate_token
+
+if TYPE_CHECKING:
+    from ctxbus.bus import Lease, Leases
 
 __all__ = [
     "DEFAULT_CLAIM_TTL",

@@ -15,10 +15,13 @@ import tempfile
 from collections.abc import Iterable
 from contextlib import closing
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ctxbus.agents.context import ContextConfig, LayerView, LocalContext, StoreError, check_store_file, store_error
-from ctxbus.bus import BriefState
 from ctxbus.schemas import BriefSnapshot, Domain, WireError, render_brief
+
+if TYPE_CHECKING:
+    from ctxbus.bus import BriefState
 
 __all__ = [
     "apply_queued_drops",
@@ -40,6 +43,8 @@ QUEUED_DROPS_KEY = "queued_drops"
 
 def load_brief(context: LocalContext) -> BriefState | None:
     """The brief the agent last saw, or None if there is none (or it is unreadable)."""
+    from ctxbus.bus import BriefState  # the log's reader, which a hook without NATS never loads
+
     raw = context.get_state(BRIEF_KEY)
     if raw is None:
         return None

@@ -4,10 +4,18 @@ server (`agents.mcp`) and the agent loop (`agents.loop`). No front's SDK is impo
 """
 
 from ctxbus.agents.tools._args import AS_SENT, BadArgument, shown
-from ctxbus.agents.tools._builtin import BUILTIN_TOOLS, PROPOSE_DEADLINE, TAIL_SHOWN, BuiltinTools, ToolFailure
+from ctxbus.agents.tools._builtin import (
+    BUILTIN_TOOLS,
+    PROPOSE_DEADLINE,
+    TAIL_SHOWN,
+    Archive,
+    BuiltinTools,
+    ToolFailure,
+)
 from ctxbus.agents.tools._ops import BadOp, op_menu, parse_op
 
 __all__ = [
+    "Archive",
     "AS_SENT",
     "BUILTIN_TOOLS",
     "PROPOSE_DEADLINE",

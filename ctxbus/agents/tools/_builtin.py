@@ -12,20 +12,27 @@ result's text, or raises `ToolFailure` (a refusal the model must read) or a
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
-from typing import Annotated, Any, Final
+import logging
+from collections.abc import Sequence
+from typing import Annotated, Any, Final, Protocol
 
 import anyio
+import anyio.to_thread
 from pydantic import Field
 
 from ctxbus.agents.brief import ProposalUnanswered
-from ctxbus.agents.context import LinesPastTheEnd
+from ctxbus.agents.context import LinesPastTheEnd, SearchHit, StoreError, UnknownReference
 from ctxbus.agents.runtime import Agent
 from ctxbus.agents.tools import _args as args
 from ctxbus.agents.tools._ops import op_menu, parse_op
 from ctxbus.schemas import KEY_MAX, CtxbusError, Rejection, UsageError
 
-__all__ = ["BUILTIN_TOOLS", "PROPOSE_DEADLINE", "TAIL_SHOWN", "BuiltinTools", "ToolFailure"]
+__all__ = ["BUILTIN_TOOLS", "PROPOSE_DEADLINE", "TAIL_SHOWN", "Archive", "BuiltinTools", "ToolFailure"]
+
+log = logging.getLogger(__name__)
 
 PROPOSE_DEADLINE: Final = 20.0
 """Seconds `brief_propose` waits for a coordinator: shorter than the agent's own
@@ -72,12 +79,40 @@ class ToolFailure(CtxbusError):
     rejected proposal), as opposed to a bug."""
 
 
-class BuiltinTools:
-    """Tool bodies bound to one `Agent`: each returns the result's text."""
+class Archive(Protocol):
+    """Another store of the same agent that `ctx_search` and `ctx_read` reach besides its
+    own: what a host's hooks recorded (`agents.hooks.HooksArchive`). Its messages are
+    named by id (`<hash>-<tag>`), never by a bare tag, which names the agent's own."""
 
-    def __init__(self, agent: Agent, *, propose_deadline: float = PROPOSE_DEADLINE) -> None:
+    label: str
+    """Where its hits come from, as the model is told."""
+
+    def search(self, query: str, limit: int) -> list[SearchHit]: ...
+
+    def read(
+        self,
+        ref: str,
+        *,
+        lines: tuple[int, int | None] | None = None,
+        query: str | None = None,
+        offset: int = 0,
+        limit: int | None = None,
+    ) -> str: ...
+
+
+class BuiltinTools:
+    """Tool bodies bound to one `Agent`: each returns the result's text.
+
+    :param archives: other stores of the agent that `ctx_search` and `ctx_read` reach
+        too (they may block on a lock for a moment: they run in a worker thread).
+    """
+
+    def __init__(
+        self, agent: Agent, *, propose_deadline: float = PROPOSE_DEADLINE, archives: Sequence[Archive] = ()
+    ) -> None:
         self._agent = agent
         self._propose_deadline = propose_deadline
+        self._archives = tuple(archives)
 
     def __repr__(self) -> str:
         return f"<BuiltinTools of {self._agent!r}>"
@@ -165,16 +200,29 @@ class BuiltinTools:
         ] = 5,
     ) -> str:
         """Search everything this agent has seen through these tools, including output
-        it released with ctx_reduce. Returns compact hits; read one in full with
-        ctx_read."""
+        it released with ctx_reduce, and the host's own tool output where its hooks
+        record it (ctxbus's Claude Code hooks do). Returns compact hits, best first;
+        read one in full with ctx_read, by its §N§ tag or, for a hit the hooks
+        recorded, by its id (such as 1f2e3d4c5b6a7980-12)."""
 
         words = args.text("query", query, max_length=_QUERY_MAX)
-        hits = self._agent.search(words, args.integer("limit", limit, minimum=1, maximum=_LIMIT_MAX))
-        if not hits:
-            return f"no matches for {words!r}"
-        return "\n".join(
-            f"§{h.tag}§ {h.tool_name or h.kind} ({h.layer}, score {h.score:.1f}): {h.snippet}" for h in hits
-        )
+        most = args.integer("limit", limit, minimum=1, maximum=_LIMIT_MAX)
+        hits = [(hit, f"§{hit.tag}§", hit.layer) for hit in self._agent.search(words, most)]
+        unread: list[str] = []
+        for archive in self._archives:
+            try:
+                found = await anyio.to_thread.run_sync(archive.search, words, most)
+            except StoreError as exc:
+                log.warning("%s not searched: %s", archive.label, exc)
+                unread.append(f"({archive.label}'s records could not be searched: {exc})")
+                continue
+            hits += [(hit, hit.id, archive.label) for hit in found]
+        hits.sort(key=lambda found: -found[0].score)
+        lines = [
+            f"{ref} {hit.tool_name or hit.kind} ({where}, score {hit.score:.1f}): {hit.snippet}"
+            for hit, ref, where in hits[:most]
+        ]
+        return "\n".join(lines + unread) if lines else "\n".join([f"no matches for {words!r}", *unread])
 
     async def ctx_read(
         self,
@@ -214,13 +262,28 @@ class BuiltinTools:
             raise UsageError(f"last_line={last} is before first_line={first}")
         try:
             lines = None if first is None and last is None else (first or 1, last)
-            return self._agent.read(ref, lines=lines, query=words, offset=start, limit=READ_CHARS)
+            return await self._read(ref, lines=lines, query=words, offset=start, limit=READ_CHARS)
         except LinesPastTheEnd as exc:  # say it with the arguments the model sent
             sent = ", ".join(f"{name}={value}" for name, value in (("first_line", first), ("last_line", last)) if value)
             if not exc.lines:
                 raise UsageError(f"§{exc.tag}§ is empty: it has no lines to read") from None
             plural = "" if exc.lines == 1 else "s"
             raise UsageError(f"{sent} starts past the end: §{exc.tag}§ has {exc.lines:,} line{plural}") from None
+
+    async def _read(
+        self, ref: int | str, *, lines: tuple[int, int | None] | None, query: str | None, offset: int, limit: int
+    ) -> str:
+        """The agent's own message `ref`, else the archived one with that id."""
+        try:
+            return self._agent.read(ref, lines=lines, query=query, offset=offset, limit=limit)
+        except UnknownReference:
+            if not isinstance(ref, str):
+                raise
+            for archive in self._archives:
+                read = functools.partial(archive.read, ref, lines=lines, query=query, offset=offset, limit=limit)
+                with contextlib.suppress(UnknownReference):
+                    return await anyio.to_thread.run_sync(read)
+            raise
 
     async def ctx_reduce(
         self,

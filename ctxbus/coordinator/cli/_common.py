@@ -13,11 +13,11 @@ import platformdirs
 import typer
 from rich.console import Console
 
-from ctxbus.coordinator._config import DEFAULT_BRIEF_BUDGET, CoordinatorConfig
 from ctxbus.schemas import Domain, InvalidDomain, describe_validation_error, validate_token
 
 if TYPE_CHECKING:
     from ctxbus.bus import BusConfig, Credentials, TxLogConfig, Verifier
+    from ctxbus.coordinator import CoordinatorConfig
 
 # What only some commands use is imported where it is used: a command imports only
 # what it needs (`bench/cli.py`).
@@ -178,14 +178,18 @@ def print_json(value: object) -> None:
 
 
 def coordinator_config(
-    coordinator_id: str | None, brief_budget: int = DEFAULT_BRIEF_BUDGET, *, credentials: Credentials | None = None
+    coordinator_id: str | None, brief_budget: int | None = None, *, credentials: Credentials | None = None
 ) -> CoordinatorConfig:
-    """A coordinator's settings as the commands give them: a brief budget (0: none),
-    counted with the agents' tokenizer; and, with a coordinator's credentials, its
-    tenant's key to sign the log and its answers with, and the keys to trust."""
+    """A coordinator's settings as the commands give them: a brief budget (0: none; None:
+    the coordinator's default), counted with the agents' tokenizer; and, with a
+    coordinator's credentials, its tenant's key to sign the log and its answers with,
+    and the keys to trust."""
     from ctxbus.agents.context import Tokenizer
     from ctxbus.bus import Signer, Verifier
+    from ctxbus.coordinator._config import DEFAULT_BRIEF_BUDGET, CoordinatorConfig
 
+    if brief_budget is None:
+        brief_budget = DEFAULT_BRIEF_BUDGET
     config = CoordinatorConfig()
     if coordinator_id:
         config = dataclasses.replace(config, coordinator_id=coordinator_id)

@@ -101,12 +101,19 @@ def inspect(
     Reads a consistent copy of the agent's store, so a running agent is not disturbed.
     For an agent in a host that owns the conversation (an MCP client, Claude Code), this
     is what ctxbus holds for it, not the host's own context: see the note it ends with.
+    An agent that only Claude Code's hooks ran is read from their store
+    (AGENT.claude-code.db).
     """
+    from ctxbus.agents.hooks import hooks_store
+
     path = store or agent_store(domain, agent)
+    hooks = hooks_store(agent_store(domain, agent))
+    if store is None and not path.is_file() and hooks.is_file():
+        path = hooks  # an agent only Claude Code's hooks ran
     if not path.is_file():
         raise typer.BadParameter(
-            f"no store of agent {agent!r} at {path}: agents run with `ctxbus mcp` or the Agent runtime keep one "
-            "(a swarm demo's are under <data dir>/agents/); point at it with --store",
+            f"no store of agent {agent!r} at {path}: agents run with `ctxbus mcp`, Claude Code's hooks or the "
+            "Agent runtime keep one (a swarm demo's are under <data dir>/agents/); point at it with --store",
             param_hint="AGENT",
         )
     layers = inspect_store(path, domain)
@@ -130,6 +137,11 @@ def inspect(
             tag = f"§{item.tag}§ " if item.tag is not None else ""
             console.print(f"[dim]{tag}{item.kind} ({item.tokens:,})[/] {escape(text)}")
     console.print(_CANNOT_SEE)
+    if path != hooks and hooks.is_file():
+        console.print(
+            f"[dim]What Claude Code's hooks recorded for this agent (the user's prompts, the host's tool results) is "
+            f"in {escape(str(hooks))}: `ctxbus inspect {agent} --store {escape(str(hooks))}` shows it.[/]"
+        )
 
 
 _CANNOT_SEE = """\

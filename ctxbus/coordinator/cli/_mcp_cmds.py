@@ -6,6 +6,7 @@ go to stderr.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from pathlib import Path
@@ -81,13 +82,15 @@ def mcp(
     What MCP alone gives: the shared brief, and search and read of what these tools
     returned. The server sees only calls to its own tools, never the host's conversation,
     files or other tools; for Claude Code, `ctxbus hook install` adds that (the user's
-    rules kept through compaction, reminders measured on the host's own transcript).
+    rules kept through compaction, reminders measured on the host's own transcript), and
+    with the hooks under the same CTXBUS_DOMAIN and CTXBUS_AGENT, ctx_search and ctx_read
+    reach every tool output the hooks recorded.
     """
+    from ctxbus.agents.hooks import HooksArchive, hooks_store, set_aside
+
     bus = bus_config(nats, name=f"ctxbus-mcp-{agent}")
     path = store or agent_store(domain, agent)
     if not resume:
-        from ctxbus.agents.hooks import set_aside
-
         kept = set_aside(path, time.strftime("%Y%m%dT%H%M%S", time.gmtime()))
         if kept is not None:
             logging.getLogger(__name__).info("new session: the last one's store is kept as %s", kept)
@@ -98,4 +101,7 @@ def mcp(
         context=host_context(window),
         trusted_signers=bus.credentials.trusted_signers if bus.credentials else (),
     )
-    run_async(serve_stdio, bus, config)
+    # What Claude Code's hooks record for this agent (`CTXBUS_DOMAIN` / `CTXBUS_AGENT` as
+    # these) is beside its default store, whatever `--store` says.
+    hooks = HooksArchive(hooks_store(agent_store(domain, agent)), domain)
+    run_async(functools.partial(serve_stdio, bus, config, archives=[hooks]))
