@@ -19,6 +19,9 @@ ALLOWED = {
     "coordinator": {"schemas", "bus"},
 }
 COMPOSITION_ROOTS = {"coordinator/cli.py", "coordinator/cli"}
+BASE = {"_lazy"}
+"""Modules at the top of the namespace (`ctxbus._lazy`) that every package may import:
+they import nothing of ours."""
 
 
 def _modules() -> list[Path]:
@@ -52,7 +55,13 @@ def test_layering(path: Path) -> None:
     ours = {name.removeprefix("ctxbus.") for name in _imports(path) if name.startswith("ctxbus.")} - {package}
     if any(rel == root or rel.startswith(root + "/") for root in COMPOSITION_ROOTS):
         return
-    assert ours <= ALLOWED[package], f"{rel} imports {sorted(ours - ALLOWED[package])}"
+    assert ours <= ALLOWED[package] | BASE, f"{rel} imports {sorted(ours - ALLOWED[package] - BASE)}"
+
+
+@pytest.mark.parametrize("name", sorted(BASE))
+def test_the_base_imports_nothing_of_ours(name: str) -> None:
+    path = ROOT / f"{name}.py"
+    assert not {n for n in _imports(path) if n.startswith("ctxbus")}, f"ctxbus/{name}.py imports ctxbus"
 
 
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(ROOT)))
