@@ -6,14 +6,17 @@ promoted, queued drops applied, ttls that no longer matter, a rebuilt head."""
 
 from __future__ import annotations
 
+import random
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
-from ctxbus.agents.context import ExtractiveSummarizer, LocalContext
+from ctxbus.agents.context import ContextConfig, ExtractiveSummarizer, LocalContext, Tokenizer
 from ctxbus.agents.context._compose import plan
 from ctxbus.agents.context._render import Plan, render
 from ctxbus.schemas import Message
@@ -50,14 +53,16 @@ def _history(make_ctx: MakeContext, name: str, **kwargs: Any) -> tuple[LocalCont
     return ctx, clock
 
 
-def _plan(ctx: LocalContext) -> Plan:
-    """What `ctx.compose()` would plan now: the engine's own arguments."""
+def _plan(ctx: LocalContext, user_input: str = "", brief: str | None = None) -> Plan:
+    """What `ctx.compose(user_input, brief=brief)` would plan now: the engine's own
+    arguments, on the state classified as compose leaves it before it plans."""
+    ctx._state.classify_pending()
     return plan(
         ctx._state,
         ctx.summarizer,
         ctx.mode,
-        "",
-        None,
+        user_input,
+        brief,
         now=ctx._clock(),
         domain=str(ctx.domain),
         count=ctx.tokenizer.count,
@@ -169,3 +174,60 @@ def test_a_compose_that_fails_while_planning_loses_nothing(make_ctx: MakeContext
     ]
     assert _compared(ctx.compose()) == _compared(twin.compose())
     assert [m.model_dump() for m in ctx.messages()] == [m.model_dump() for m in twin.messages()]
+
+
+events = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("say"),
+            st.sampled_from(["user", "assistant", "system"]),
+            st.integers(1, 200),
+            st.sampled_from([None, "conclusion", "reasoning"]),
+            st.one_of(st.none(), st.floats(1, 60)),  # ttl
+        ),
+        st.tuples(st.just("tool"), st.integers(1, 900)),
+        st.tuples(st.just("compose"), st.sampled_from([0.0, 1.0, 400.0]), st.one_of(st.none(), st.integers(0, 3))),
+        st.tuples(st.just("drop"), st.integers(0, 10_000), st.booleans()),
+    ),
+    min_size=10,
+    max_size=60,
+)
+_WORDS = "you must never touch prod the cache key is 42 ms docs/shards.md ok hmm note remember".split()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(history=events, window=st.sampled_from([900, 1_600, 4_000]), seed=st.integers(0, 2**16))
+def test_every_compose_is_its_plan_applied_and_rendered(
+    tokenizer: Tokenizer, history: list[tuple[Any, ...]], window: int, seed: int
+) -> None:
+    """Over random histories (ttls, drops queued or not, briefs that change, the cache
+    lifetime running out): planning twice gives equal plans and leaves the state as it
+    was, and the compose that follows is the plan applied and rendered."""
+    rnd = random.Random(seed)
+    clock = Clock()
+    config = ContextConfig(window=window, reserve_system=100, reserve_output=100, protected_recent=2)
+    ctx = LocalContext(":memory:", "plan/s/t", config=config, tokenizer=tokenizer, clock=clock)
+    try:
+        for step in history:
+            match step:
+                case ("say", str(role), int(words), kind, ttl):
+                    text = " ".join(rnd.choice(_WORDS) for _ in range(words))
+                    ctx.add(role, text, kind=kind if role == "assistant" else None, ttl=ttl)
+                case ("tool", int(words)):
+                    call = f"c{ctx.next_tag}"
+                    ctx.add("assistant", "running", tool_calls=[{"id": call, "name": "sh", "arguments": "{}"}])
+                    ctx.add("tool", " ".join(rnd.choice(_WORDS) for _ in range(words)), call_id=call)
+                case ("drop", int(index), bool(queue)) if ctx.next_tag > 1:
+                    ctx.drop(1 + index % (ctx.next_tag - 1), queue=queue)
+                case ("compose", float(elapsed), rev):
+                    clock.now += elapsed
+                    brief = None if rev is None else "\n".join(f"- item {i}" for i in range(rev + 1))
+                    ctx._state.classify_pending()  # as compose does before it plans
+                    state = _state(ctx)
+                    first = _plan(ctx, "go on", brief)
+                    assert _state(ctx) == state, "planning changed the state"
+                    assert _plan(ctx, "go on", brief) == first
+                    event(f"rebuild: {first.rebuild}, moves: {bool(first.moves)}, merges: {bool(first.merges)}")
+                    assert _compared(ctx.compose("go on", brief=brief)) == _compared(render(first))
+    finally:
+        ctx.close()
