@@ -139,7 +139,12 @@ class HeadState:
 
 
 class ContextState:
-    """Messages, layers, summary entries and constraint records of one agent, in memory."""
+    """Messages, layers, summary entries and constraint records of one agent, in memory.
+
+    The one writer of all of it: ingest, drops, notes, references and restores through
+    its methods, a compose's changes through `apply` (the planner only reads), and every
+    write handed out for the store at once by `drain`.
+    """
 
     def __init__(self, config: ContextConfig, tokenizer: Tokenizer) -> None:
         self.config = config
