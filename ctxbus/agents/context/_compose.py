@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import replace
 
 from ctxbus.agents.context._classify import SHORT_RULE_CHARS, has_constraint
 from ctxbus.agents.context._config import LayerBudgets
@@ -240,6 +239,7 @@ class _Planner:
         the opening line when the head is that alone. A pin shown in the tail (newer than
         the rolling layer's oldest message shown) is a message of its own there."""
         first = self.first_rolling()
+        entries, moved = self.st.entries, self.moved
         items = 0
         total = self.opening_cost if self.opening else 0
         for e in self.pinned:
@@ -251,7 +251,7 @@ class _Planner:
                 items += 1
                 total += e.shown_tokens + 1
         for tag, record in self.records.items():
-            if tag not in self.omitted and self.layer(self.st.entries[tag - 1]) != "pinned":
+            if tag not in self.omitted and moved.get(tag, entries[tag - 1].layer) != "pinned":
                 items += 1
                 total += record.tokens + 1
         return total + (self.ov + self.pinned_header if items else 0)
@@ -262,8 +262,9 @@ class _Planner:
         the last one (`HeadState.boundary`): the head holds what is older."""
         if self.boundary is not None:
             return self.boundary
+        moved = self.moved
         for e in self.visible:
-            if self.layer(e) == "rolling":
+            if moved.get(e.tag, e.layer) == "rolling":
                 return e.tag
         return self.st.next_tag
 
@@ -273,7 +274,7 @@ class _Planner:
         return self.ov + self.summary_header + self.summary_tokens
 
     def layer(self, e: Entry) -> Layer:
-        """The layer `e` is in as this plan leaves it."""
+        """The layer `e` is in as this plan leaves it (in loops: `moved.get(e.tag, e.layer)`)."""
         return self.moved.get(e.tag, e.layer)
 
     # -- the plan ----------------------------------------------------------------------
@@ -282,12 +283,12 @@ class _Planner:
         """Whether the prompt would show no user message before its first other message
         (nothing in the head, and the tail starting with an assistant turn) or no message
         at all after the system one: user-first APIs refuse both."""
-        st, omitted = self.st, self.omitted
+        entries, moved, omitted = self.st.entries, self.moved, self.omitted
         if self.summary_cost() or self.brief:
             return False
-        if any(tag not in omitted and self.layer(st.entries[tag - 1]) != "pinned" for tag in self.records):
+        if any(tag not in omitted and moved.get(tag, entries[tag - 1].layer) != "pinned" for tag in self.records):
             return False
-        rolling = next((e for e in self.visible if self.layer(e) == "rolling"), None)
+        rolling = next((e for e in self.visible if moved.get(e.tag, e.layer) == "rolling"), None)
         late = late_pins(self.pinned, self.first_rolling(), omitted)
         if any(e.tag not in omitted and e not in late for e in self.pinned):
             return False  # a pin in the head
@@ -341,32 +342,25 @@ class _Planner:
         render reads."""
         assert self.boundary is not None
         st = self.st
-        rolling = [e for e in self.visible if self.layer(e) == "rolling"] if self.evicted else self.visible
+        moved = self.moved
+        rolling = [e for e in self.visible if moved.get(e.tag, e.layer) == "rolling"] if self.evicted else self.visible
         late = late_pins(self.pinned, self.boundary, self.omitted)
         tail_length = len(rolling) + len(late) + len(self.deltas)
-        if self.rebuild is None:
-            head = replace(
-                st.head,
-                composed_at=self.now,
-                shown_upto=st.next_tag,
-                seen_brief=self.seen_brief,
-                deltas=self.deltas,
-                tail_length=tail_length,
-            )
-        else:
-            head = HeadState(
-                composed_at=self.now,
-                boundary=self.boundary,
-                opening=self.opening,
-                brief=self.head_brief,
-                brief_text=self.brief,
-                brief_tokens=self.brief_tokens,
-                seen_brief=self.head_brief,
-                omitted=frozenset(self.omitted),
-                shown_upto=st.next_tag,
-                tail_length=tail_length,
-                due=None,
-            )
+        head = HeadState(
+            composed_at=self.now,
+            boundary=self.boundary,
+            opening=self.opening,
+            brief=self.head_brief if self.rebuild else st.head.brief,
+            brief_text=self.brief,
+            brief_tokens=self.brief_tokens,
+            seen_brief=self.seen_brief,
+            deltas=self.deltas,
+            omitted=frozenset(self.omitted),
+            queued=self.queued,
+            shown_upto=st.next_tag,
+            tail_length=tail_length,
+            due=None,
+        )
         return Plan(
             mode=self.mode,
             domain=self.domain,
@@ -456,16 +450,17 @@ class _Planner:
     def _candidates(self) -> Iterator[int]:
         """Unprotected units in rolling, oldest first, each once."""
         seen: set[int] = set()
+        moved = self.moved
         for e in self.visible:
             unit = e.unit
-            if unit in seen or unit in self.protected or self.layer(e) != "rolling":
+            if unit in seen or unit in self.protected or moved.get(e.tag, e.layer) != "rolling":
                 continue
             seen.add(unit)
             yield unit
 
     def _members(self, unit: int) -> list[Entry]:
-        kinds = self.mode.kinds
-        return [e for e in self.st.members(unit) if self.layer(e) == "rolling" and e.kind in kinds]
+        kinds, moved = self.mode.kinds, self.moved
+        return [e for e in self.st.members(unit) if moved.get(e.tag, e.layer) == "rolling" and e.kind in kinds]
 
     def _expire(self) -> None:
         if not self.st.ttl_tags:
