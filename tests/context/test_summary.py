@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ctxbus.agents.context import ContextConfig, ExtractiveSummarizer, Summarizer, Tokenizer
-from ctxbus.agents.context._state import ContextState
+from ctxbus.agents.context import ExtractiveSummarizer, Summarizer
+from ctxbus.agents.context._records import SummaryEntry
 from ctxbus.schemas._message import Message, MessageKind, MessageRole, message_id
 from tests.context.conftest import MakeContext
 
@@ -165,10 +165,10 @@ def test_evicted_batches_are_summarized_oldest_first_with_their_range(make_ctx: 
     assert min(s.first_tag for s in summaries) == evicted[0] and max(s.last_tag for s in summaries) == evicted[-1]
 
 
-def test_a_summary_entry_covers_every_tag_folded_or_merged_into_it(tokenizer: Tokenizer) -> None:
-    state = ContextState(ContextConfig(), tokenizer)
-    entry = state.add_summary(12, 22, "§12§ assistant: later turns")
-    assert state.add_summary(2, 23, "§2§ assistant: an older turn evicted later") is entry, "folded"
-    assert (entry.first_tag, entry.last_tag) == (2, 23)
-    state.update_summary(entry, "merged", 1, 1, 9)
-    assert (entry.first_tag, entry.last_tag) == (1, 23)
+def test_a_summary_entry_covers_every_tag_folded_or_merged_into_it() -> None:
+    entry = SummaryEntry(1, 12, 22, "§12§ assistant: later turns", 6)
+    folded = entry.widened(f"{entry.text}\n§2§ assistant: an older turn evicted later", 15, 2, 23)
+    assert (folded.id, folded.first_tag, folded.last_tag) == (1, 2, 23), "folded"
+    merged = folded.widened("merged", 1, 1, 9)
+    assert (merged.first_tag, merged.last_tag, merged.text, merged.tokens) == (1, 23, "merged", 1)
+    assert (entry.first_tag, entry.last_tag) == (12, 22), "a value: the entry a state holds stays as it was"

@@ -1,4 +1,4 @@
-"""Compose: fit the three layers into the budget and render the prompt.
+"""Compose: plan how the three layers fit the budget, apply the plan, render the prompt.
 
 Every cost comes from counts cached at ingest (or when a summary entry or constraint
 record was written), so a compose over a 128k window adds integers instead of
@@ -18,26 +18,42 @@ All of that happens only at a rebuild (docs/ARCHITECTURE.md section 3). Between 
 a compose only appends to the previous prompt, so a provider's prompt cache serves it:
 it rebuilds past the high-water mark (evicting down to the low-water mark), when the
 cache has likely expired, or when something under the head changed (`HeadState.due`).
+
+A compose (`LocalContext.compose`) is three steps. `plan`, here, reads the state and
+changes nothing: it works on its own copies of what it may change and returns a `Plan`
+holding every change it decided (messages evicted or demoted, the summary layer after
+its folds, merges and drops, the constraint records made or forgotten, the next head:
+appended to, or rebuilt with the queued drops applied). `ContextState.apply` writes
+those changes, the one place a compose does; `render` turns the plan into the
+`Composition`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import bisect
+from collections.abc import Callable, Iterator, Mapping
 
 from ctxbus.agents.context._classify import SHORT_RULE_CHARS, has_constraint
 from ctxbus.agents.context._config import LayerBudgets
 from ctxbus.agents.context._delta import brief_delta
 from ctxbus.agents.context._errors import InputTooLarge, InvalidConfig
 from ctxbus.agents.context._modes import ModeDescriptor
-from ctxbus.agents.context._records import LOW_VALUE_KINDS, Entry, Shown, eviction_value
-from ctxbus.agents.context._render import OPENING, PINNED_HEADER, SUMMARY_HEADER, Plan, late_pins, render
-from ctxbus.agents.context._report import Composition, Trim, TrimReason, log_trim, logger
-from ctxbus.agents.context._state import ContextState, Delta, Queued
+from ctxbus.agents.context._records import (
+    LOW_VALUE_KINDS,
+    ConstraintRecord,
+    Entry,
+    Layer,
+    SummaryEntry,
+    eviction_value,
+)
+from ctxbus.agents.context._render import OPENING, PINNED_HEADER, SUMMARY_HEADER, Plan, late_pins
+from ctxbus.agents.context._report import Trim, TrimReason
+from ctxbus.agents.context._state import ContextState, Delta, HeadState, Queued
 from ctxbus.agents.context._summary import Summarizer
 from ctxbus.agents.context._wire import STANDIN_RESULT
 from ctxbus.schemas import MESSAGE_KINDS
 
-__all__ = ["compose", "protected_units"]
+__all__ = ["plan", "protected_units"]
 
 _BRIEF_HEADER = "[shared brief]\n"
 _MIN_SUMMARY_TARGET = 12
@@ -47,6 +63,8 @@ _MERGED_MAX = 512
 count of the merged text) cheap, so composes stay fast at large windows."""
 _SHRINK_ATTEMPTS = 4
 """Times a lone summary entry over its room is merged again, smaller, before it goes."""
+_SUMMARY_FOLD_BELOW = 256
+"""New summary text joins the newest entry while their sum stays below this many tokens."""
 
 
 _BINDING_KINDS = frozenset({"conclusion", "task_state", "knowledge"})
@@ -74,7 +92,7 @@ def protected_units(visible: list[Entry], recent: int) -> set[int]:
     return {e.unit for e in visible[len(visible) - recent :]} if recent else set()
 
 
-def compose(
+def plan(
     state: ContextState,
     summarizer: Summarizer,
     mode: ModeDescriptor,
@@ -84,8 +102,11 @@ def compose(
     now: float,
     domain: str,
     count: Callable[[str], int],
-) -> Composition:
-    """Fit the layers to the budget (trimming as needed) and render the prompt.
+) -> Plan:
+    """Fit the layers to the budget (trimming as needed): what a compose at `now` does,
+    with every change it decides. Changes nothing: the same state (and summarizer) gives
+    an equal plan however often it is asked, and nothing is written until
+    `ContextState.apply` takes it; `render` makes the prompt of it.
 
     :param count: a cached token counter for texts that repeat across composes (the
         system text, the brief, headers).
@@ -93,11 +114,13 @@ def compose(
         not fit the window.
     :raises InputTooLarge: if `user_input` alone does not fit.
     """
-    return _Run(state, summarizer, mode, user_input, brief, now, domain, count).execute()
+    return _Planner(state, summarizer, mode, user_input, brief, now, domain, count).plan()
 
 
-class _Run:
-    """The working state of one compose."""
+class _Planner:
+    """The working state of one plan: it reads the `ContextState` and keeps what it
+    changes in its own copies (`moved`, and from a rebuild on the layers' lists, records
+    and summary entries), which the `Plan` hands over."""
 
     def __init__(
         self,
@@ -111,6 +134,7 @@ class _Run:
         count: Callable[[str], int],
     ) -> None:
         self.st = state
+        """Read, never written: see `ContextState.apply`."""
         self.cfg = state.config
         self.summarizer = summarizer
         self.mode = mode
@@ -157,6 +181,19 @@ class _Run:
         self.batch: list[Entry] = []
         self.pinned_overflow = 0
         self.evicted = False
+        # The layers as this plan leaves them: the state's own until a rebuild starts
+        # changing them (`_own`), then copies.
+        self.rolling = state.rolling
+        self.pinned = state.pinned
+        self.records = state.records
+        self.keys = state.record_keys
+        self.summaries = state.summaries
+        self.summary_tokens = state.summary_tokens
+        self.next_summary = state.next_summary_id
+        self.moved: dict[int, Layer] = {}
+        """Messages this plan moves to another layer: evicted, or demoted to rolling."""
+        self.ttl_done: set[int] = set()
+        """Messages with a ttl that left the layers: no longer checked for expiry."""
         head = state.head
         self.rebuild: str | None = head.due
         """Why this compose rebuilds the head, or None while it only appends."""
@@ -167,7 +204,7 @@ class _Run:
             if brief is None or head.seen_brief is None or head.brief_text != f"{_BRIEF_HEADER}{head.brief}":
                 self.rebuild = "brief"  # no brief to change (or one cut to fit): the head shows it afresh
         # Everything below follows from whether this compose starts as a rebuild.
-        self.queued: dict[int, Queued] = {} if self.rebuild else head.queued
+        self.queued: Mapping[int, Queued] = {} if self.rebuild else head.queued
         """Drops queued until the next rebuild: shown as they were (see `ContextState.drop`)."""
         self.stable = 0 if self.rebuild else head.tail_length
         """Tail messages the previous compose showed too (see `Prompt.stable`)."""
@@ -184,8 +221,7 @@ class _Run:
             if brief != head.seen_brief:
                 assert brief is not None and head.seen_brief is not None
                 text = brief_delta(head.seen_brief, brief)
-                shown = Shown.said(-1 - len(self.deltas), text)
-                self.deltas += (Delta(state.next_tag - 1, shown, count(text)),)
+                self.deltas += (Delta(state.next_tag - 1, text, count(text)),)
 
     # -- costs -------------------------------------------------------------------------
 
@@ -203,9 +239,10 @@ class _Run:
         the opening line when the head is that alone. A pin shown in the tail (newer than
         the rolling layer's oldest message shown) is a message of its own there."""
         first = self.first_rolling()
+        entries, moved = self.st.entries, self.moved
         items = 0
         total = self.opening_cost if self.opening else 0
-        for e in self.st.pinned:
+        for e in self.pinned:
             if e.tag in self.omitted:
                 continue
             if e.tag >= first:
@@ -213,8 +250,8 @@ class _Run:
             else:
                 items += 1
                 total += e.shown_tokens + 1
-        for tag, record in self.st.records.items():
-            if tag not in self.omitted and self.st.entries[tag - 1].layer != "pinned":
+        for tag, record in self.records.items():
+            if tag not in self.omitted and moved.get(tag, entries[tag - 1].layer) != "pinned":
                 items += 1
                 total += record.tokens + 1
         return total + (self.ov + self.pinned_header if items else 0)
@@ -225,15 +262,20 @@ class _Run:
         the last one (`HeadState.boundary`): the head holds what is older."""
         if self.boundary is not None:
             return self.boundary
+        moved = self.moved
         for e in self.visible:
-            if e.layer == "rolling":
+            if moved.get(e.tag, e.layer) == "rolling":
                 return e.tag
         return self.st.next_tag
 
     def summary_cost(self) -> int:
-        if not self.st.summaries:
+        if not self.summaries:
             return 0
-        return self.ov + self.summary_header + self.st.summary_tokens
+        return self.ov + self.summary_header + self.summary_tokens
+
+    def layer(self, e: Entry) -> Layer:
+        """The layer `e` is in as this plan leaves it (in loops: `moved.get(e.tag, e.layer)`)."""
+        return self.moved.get(e.tag, e.layer)
 
     # -- the plan ----------------------------------------------------------------------
 
@@ -241,19 +283,19 @@ class _Run:
         """Whether the prompt would show no user message before its first other message
         (nothing in the head, and the tail starting with an assistant turn) or no message
         at all after the system one: user-first APIs refuse both."""
-        st, omitted = self.st, self.omitted
+        entries, moved, omitted = self.st.entries, self.moved, self.omitted
         if self.summary_cost() or self.brief:
             return False
-        if any(tag not in omitted and st.entries[tag - 1].layer != "pinned" for tag in st.records):
+        if any(tag not in omitted and moved.get(tag, entries[tag - 1].layer) != "pinned" for tag in self.records):
             return False
-        rolling = [e for e in self.visible if e.layer == "rolling"]
-        late = late_pins(st, self.first_rolling(), omitted)
-        if any(e.tag not in omitted and e not in late for e in st.pinned):
+        rolling = next((e for e in self.visible if moved.get(e.tag, e.layer) == "rolling"), None)
+        late = late_pins(self.pinned, self.first_rolling(), omitted)
+        if any(e.tag not in omitted and e not in late for e in self.pinned):
             return False  # a pin in the head
-        first = min(rolling[:1] + late[:1], key=lambda e: e.tag, default=None)
+        first = min(late[:1] + ([rolling] if rolling else []), key=lambda e: e.tag, default=None)
         return first.role == "assistant" if first is not None else not self.user_input
 
-    def execute(self) -> Composition:
+    def plan(self) -> Plan:
         self._measure()
         if self.rebuild is None:
             if self._expiring():
@@ -261,8 +303,7 @@ class _Run:
             elif not self.opening and self.needs_opening():
                 self.rebuild = "opening"  # the prompt would show no user message (see `needs_opening`)
             elif self.total() <= self.layers_cap * self.cfg.high_water:
-                self.st.composed(self.now, seen_brief=self.seen_brief, deltas=self.deltas)
-                return self._render()
+                return self._decided()
             else:
                 self.rebuild = "pressure"
             self.boundary = None
@@ -273,6 +314,7 @@ class _Run:
                 self._measure()
             self.brief = f"{_BRIEF_HEADER}{self.head_brief}" if self.head_brief else None
             self.brief_tokens = self.count(self.brief) if self.brief else 0
+        self._own()
         self._expire()
         while self.pinned_cost() > self.b.pinned and self._demote_one():
             self._measure()
@@ -285,31 +327,41 @@ class _Run:
             self.layers_cap -= self.opening_cost
             self._fit()
             self.opening = self.needs_opening()
-        if self.evicted:
-            self.st.prune_rolling()
         self.pinned_overflow = max(0, self.pinned_cost() - self.b.pinned)
         self.boundary = self.first_rolling()
-        self.st.head_rebuilt(
+        return self._decided()
+
+    def _own(self) -> None:
+        """Copy the layers this rebuild may change: the state's stay as they are."""
+        self.rolling, self.pinned = list(self.rolling), list(self.pinned)
+        self.records, self.keys = dict(self.records), dict(self.keys)
+        self.summaries = list(self.summaries)
+
+    def _decided(self) -> Plan:
+        """What this plan decided, fixed: the changes for `ContextState.apply` and all the
+        render reads."""
+        assert self.boundary is not None
+        st = self.st
+        moved = self.moved
+        rolling = [e for e in self.visible if moved.get(e.tag, e.layer) == "rolling"] if self.evicted else self.visible
+        late = late_pins(self.pinned, self.boundary, self.omitted)
+        tail_length = len(rolling) + len(late) + len(self.deltas)
+        head = HeadState(
+            composed_at=self.now,
             boundary=self.boundary,
             opening=self.opening,
-            brief=self.head_brief,
+            brief=self.head_brief if self.rebuild else st.head.brief,
             brief_text=self.brief,
             brief_tokens=self.brief_tokens,
-            omitted=self.omitted,
-            now=self.now,
+            seen_brief=self.seen_brief,
+            deltas=self.deltas,
+            omitted=frozenset(self.omitted),
+            queued=self.queued,
+            shown_upto=st.next_tag,
+            tail_length=tail_length,
+            due=None,
         )
-        return self._render()
-
-    def _render(self) -> Composition:
-        result = render(self.plan())
-        self.st.tail_shown(result.tail_length)
-        return result
-
-    def plan(self) -> Plan:
-        """What this compose decided, fixed, for the render."""
-        assert self.boundary is not None
         return Plan(
-            st=self.st,
             mode=self.mode,
             domain=self.domain,
             budget=self.cfg.window - self.cfg.reserve_output,
@@ -319,20 +371,24 @@ class _Run:
             sys_cost=self.sys_cost,
             user_input=self.user_input,
             input_cost=self.input_cost,
-            brief=self.brief,
-            brief_tokens=self.brief_tokens,
-            opening=self.opening,
             opening_cost=self.opening_cost,
-            omitted=frozenset(self.omitted),
-            boundary=self.boundary,
+            standin_cost=self.standin_cost,
             rebuild=self.rebuild,
-            deltas=self.deltas,
             stable=self.stable,
-            queued=self.queued,
+            head=head,
+            rolling=rolling,
+            late=late,
+            pinned=self.pinned,
+            records=self.records,
+            record_keys=self.keys,
+            summaries=self.summaries,
+            next_summary=self.next_summary,
+            unanswered=st.unanswered,
+            moves=self.moved,
+            ttl_done=frozenset(self.ttl_done),
             rules_cost=self.rules_cost(),
             summary_cost=self.summary_cost(),
             brief_cost=self.brief_cost(),
-            standin_cost=self.standin_cost,
             trims=tuple(self.trims),
             promoted=tuple(self.promoted),
             notes=tuple(self.notes),
@@ -347,7 +403,7 @@ class _Run:
     def _expiring(self) -> bool:
         """Whether a message in the prompt has outlived its ttl."""
         return any(
-            (e := self.st.entries[tag - 1]).layer in ("rolling", "pinned") and e.expired(self.now)
+            self.layer(e := self.st.entries[tag - 1]) in ("rolling", "pinned") and e.expired(self.now)
             for tag in self.st.ttl_tags
         )
 
@@ -367,17 +423,19 @@ class _Run:
         state's unit index and candidates are taken lazily from the oldest end.
         """
         kinds = self.mode.kinds
-        rolling = self.st.rolling
+        rolling, moved = self.rolling, self.moved
         if len(kinds) == len(MESSAGE_KINDS):
-            self.visible = [e for e in rolling if e.layer == "rolling"] if self.evicted else list(rolling)
+            self.visible = (
+                [e for e in rolling if moved.get(e.tag, e.layer) == "rolling"] if self.evicted else list(rolling)
+            )
         else:
-            self.visible = [e for e in rolling if e.layer == "rolling" and e.kind in kinds]
+            self.visible = [e for e in rolling if moved.get(e.tag, e.layer) == "rolling" and e.kind in kinds]
         self.rolling_cost = sum([e.shown_tokens for e in self.visible]) + self.ov * len(self.visible)
         if self.st.unanswered:
             self.rolling_cost += sum(self._standins(e) for e in self.visible)
         for tag, queued in self.queued.items():
             e = self.st.entries[tag - 1]
-            if e.layer == "rolling" and e.kind in kinds:
+            if self.layer(e) == "rolling" and e.kind in kinds:
                 self.rolling_cost += queued.tokens - e.shown_tokens
         self.protected = protected_units(self.visible, self.cfg.protected_recent)
         self.newest = self.visible[-1].tag if self.visible else 0
@@ -392,16 +450,17 @@ class _Run:
     def _candidates(self) -> Iterator[int]:
         """Unprotected units in rolling, oldest first, each once."""
         seen: set[int] = set()
+        moved = self.moved
         for e in self.visible:
             unit = e.unit
-            if unit in seen or unit in self.protected or e.layer != "rolling":
+            if unit in seen or unit in self.protected or moved.get(e.tag, e.layer) != "rolling":
                 continue
             seen.add(unit)
             yield unit
 
     def _members(self, unit: int) -> list[Entry]:
-        kinds = self.mode.kinds
-        return [e for e in self.st.members(unit) if e.layer == "rolling" and e.kind in kinds]
+        kinds, moved = self.mode.kinds, self.moved
+        return [e for e in self.st.members(unit) if moved.get(e.tag, e.layer) == "rolling" and e.kind in kinds]
 
     def _expire(self) -> None:
         if not self.st.ttl_tags:
@@ -410,12 +469,13 @@ class _Run:
         for tag in sorted(self.st.ttl_tags):
             e = self.st.entries[tag - 1]
             if e.expired(self.now):
-                self.st.forget_record(tag)  # a long message's constraints outlive its layer
-            if e.layer not in ("rolling", "pinned"):
-                self.st.forget_ttl(tag)
+                self._forget_record(tag)  # a long message's constraints outlive its layer
+            layer = self.layer(e)
+            if layer not in ("rolling", "pinned"):
+                self.ttl_done.add(tag)
             elif e.expired(self.now):
-                if e.layer == "pinned":
-                    self.st.demote(e)
+                if layer == "pinned":
+                    self._demote(e)
                     self._trim(e, "expired", "pinned", "rolling", e.shown_tokens)
                     self._measure()
                 if e.kind in self.mode.kinds and e.unit not in self.protected and e.unit not in due:
@@ -431,7 +491,7 @@ class _Run:
                 return
             if self._evict_by_value(over):
                 self._flush_batch()
-            elif self.st.summaries:
+            elif self.summaries:
                 self._drop_summary(0)
             elif self._demote_one():
                 self._measure()
@@ -479,7 +539,7 @@ class _Run:
         """Evict the oldest protected unit (only when nothing else is left to give);
         False if none has anything this mode can evict (or `_fit` would loop forever)."""
         for e in self.visible:
-            if e.layer == "rolling" and e.unit in self.protected and (members := self._members(e.unit)):
+            if self.layer(e) == "rolling" and e.unit in self.protected and (members := self._members(e.unit)):
                 self._evict(members, "over_budget")
                 return True
         return False
@@ -495,16 +555,38 @@ class _Run:
                 or e.kind == "synthetic"
                 or (expired and e.kind in LOW_VALUE_KINDS and e.importance < 0.5)
             ):
-                self.st.place(e, "gone")
+                self.moved[e.tag] = "gone"
                 destination = "dropped"
             else:
-                self.st.place(e, "summary")
+                self.moved[e.tag] = "summary"
                 destination = "summary"
                 self.batch.append(e)
             self._trim(e, "expired" if expired else reason, "rolling", destination, e.shown_tokens)
         self.rolling_cost -= freed
         self.evicted = True
         return freed
+
+    def _demote(self, e: Entry) -> None:
+        """Move a pinned message into rolling, at its place in time."""
+        self.pinned.remove(e)
+        bisect.insort(self.rolling, e, key=lambda x: x.tag)
+        self.moved[e.tag] = "rolling"
+
+    def _record(self, e: Entry, *, compact: bool = False) -> ConstraintRecord | None:
+        """Make the constraint record of `e` (see `ContextState.constraint_record`)."""
+        made = self.st.constraint_record(e, self.keys, compact=compact)
+        if made is None:
+            return None
+        key, record = made
+        self.records[e.tag] = record
+        self.keys[key] = e.tag
+        return record
+
+    def _forget_record(self, tag: int) -> None:
+        """Drop the constraint record of message §tag§ (its ttl ran out): what no longer
+        binds must leave the pinned layer, record and all."""
+        if self.records.pop(tag, None) is not None:
+            self.keys = {key: source for key, source in self.keys.items() if source != tag}
 
     def _flush_batch(self) -> None:
         """Summarize what was just evicted, promote constraints found in it, fit the summary."""
@@ -514,43 +596,56 @@ class _Run:
         batch, self.batch = sorted(self.batch, key=lambda e: e.tag), []
         text = self.summarizer.summarize([e.to_message() for e in batch])
         if text.strip():
-            self.st.add_summary(batch[0].tag, batch[-1].tag, text)
+            self._add_summary(batch[0].tag, batch[-1].tag, text)
         for e in batch:
             # An expired message no longer binds: promoting it would re-pin what its ttl
             # just took out (its text still reaches the summary above).
             if e.expired(self.now):
                 continue
-            if _may_bind(e) and e.tag not in self.st.records and has_constraint(e.content):
-                if self.st.record_constraints(e) is not None:
+            if _may_bind(e) and e.tag not in self.records and has_constraint(e.content):
+                if self._record(e) is not None:
                     self.promoted.append(e.tag)
-                    logger.info(
-                        "context promote §%s§ constraint to pinned",
-                        e.tag,
-                        extra={"event": "promote", "domain": self.domain, "msg_id": e.id, "tag": e.tag},
-                    )
         self._fit_summary()
+
+    def _add_summary(self, first_tag: int, last_tag: int, text: str) -> None:
+        """Append a summary entry, counted once.
+
+        A new entry is folded into the newest one while that is still small, so the layer
+        holds a few dozen entries rather than one per eviction. The folded size is the sum
+        of both counts plus one for the newline: a bound from above, with no recount.
+        """
+        tokens = self.count_once(text)
+        last = self.summaries[-1] if self.summaries else None
+        if last is not None and last.tokens + tokens < _SUMMARY_FOLD_BELOW:
+            self.summaries[-1] = last.widened(f"{last.text}\n{text}", last.tokens + tokens + 1, first_tag, last_tag)
+        else:
+            self.summaries.append(SummaryEntry(self.next_summary, first_tag, last_tag, text, tokens))
+            self.next_summary += 1
+        self.summary_tokens += tokens + 1
 
     def _fit_summary(self) -> None:
         """Merge the oldest summary entries until the layer is under its cap."""
-        st = self.st
-        while st.summaries and self.summary_cost() > self.b.summary:
-            if len(st.summaries) >= 2:
-                first, second = st.summaries[0], st.summaries[1]
+        summaries = self.summaries
+        while summaries and self.summary_cost() > self.b.summary:
+            first = summaries[0]
+            if len(summaries) >= 2:
+                second = summaries[1]
                 target = max(_MIN_SUMMARY_TARGET, min((first.tokens + second.tokens) * 2 // 3, _MERGED_MAX))
                 text = self.summarizer.merge([first.text, second.text], target)
                 tokens = self.count_once(text)
                 if not text.strip() or tokens >= first.tokens + second.tokens:
                     self._drop_summary(0)
                     continue
-                st.update_summary(first, text, tokens, second.first_tag, second.last_tag)
-                st.remove_summary(1)
+                summaries[0] = first.widened(text, tokens, second.first_tag, second.last_tag)
+                del summaries[1]
+                self.summary_tokens += tokens - first.tokens - second.tokens - 1
             else:
-                only = st.summaries[0]
-                shrunk = self._shrink(only.text, self.b.summary - self.ov - self.summary_header - 1)
+                shrunk = self._shrink(first.text, self.b.summary - self.ov - self.summary_header - 1)
                 if shrunk is None:
                     self._drop_summary(0)
                     continue
-                st.update_summary(only, *shrunk, only.first_tag, only.last_tag)
+                summaries[0] = first.widened(*shrunk, first.first_tag, first.last_tag)
+                self.summary_tokens += summaries[0].tokens - first.tokens
             self.merges += 1
 
     def _shrink(self, text: str, limit: int) -> tuple[str, int] | None:
@@ -576,46 +671,38 @@ class _Run:
         return self.st.tokenizer.count(text)
 
     def _drop_summary(self, index: int) -> None:
-        entry = self.st.remove_summary(index)
-        trim = Trim(None, f"summary-{entry.id}", "over_budget", "summary", "archive", entry.tokens)
-        self.trims.append(trim)
-        log_trim(self.domain, trim)
+        entry = self.summaries.pop(index)
+        self.summary_tokens -= entry.tokens + 1
+        self.trims.append(Trim(None, f"summary-{entry.id}", "over_budget", "summary", "archive", entry.tokens))
 
     def _demote_one(self) -> bool:
         """Demote the oldest soft pin, else cut the oldest long hard pin to its constraints
-        (`st.pinned` is in tag order, however late a message was pinned). The assistant's
+        (`pinned` is in tag order, however late a message was pinned). The assistant's
         pins go before the system's, and those before the user's; a rule shorter than
         `SHORT_RULE_CHARS` is never cut (its record would be its trigger sentence alone)."""
-        st = self.st
-        soft = min((e for e in st.pinned if e.pin == "soft"), key=_pin_rank, default=None)
+        soft = min((e for e in self.pinned if e.pin == "soft"), key=_pin_rank, default=None)
         if soft is not None:
-            st.demote(soft)
+            self._demote(soft)
             self._trim(soft, "over_budget", "pinned", "rolling", soft.shown_tokens)
             return True
-        for e in sorted(st.pinned, key=_pin_rank):
+        for e in sorted(self.pinned, key=_pin_rank):
             if e.tag in self.omitted or len(e.content) <= SHORT_RULE_CHARS:
                 continue
-            record = st.record_constraints(e, compact=True)
+            record = self.records.get(e.tag) or self._record(e, compact=True)
             if record is not None and record.tokens < e.shown_tokens:
-                st.demote(e)
+                self._demote(e)
                 self._trim(e, "over_budget", "pinned", "constraint", e.shown_tokens)
                 return True
         return False
 
     def _omit_newest_hard(self) -> bool:
-        shown = [e.tag for e in self.st.pinned if e.tag not in self.omitted]
+        shown = [e.tag for e in self.pinned if e.tag not in self.omitted]
         shown += [
-            tag for tag in self.st.records if tag not in self.omitted and self.st.entries[tag - 1].layer != "pinned"
+            tag for tag in self.records if tag not in self.omitted and self.layer(self.st.entries[tag - 1]) != "pinned"
         ]
         if not shown:
             return False
-        newest = max(shown)
-        self.omitted.add(newest)
-        logger.warning(
-            "context: hard constraint §%s§ left out: hard constraints alone exceed the budget",
-            newest,
-            extra={"event": "hard_omitted", "domain": self.domain, "tag": newest},
-        )
+        self.omitted.add(max(shown))  # logged once the plan is applied (see `_log`)
         return True
 
     def _cut_brief(self, over: int) -> None:
@@ -636,9 +723,7 @@ class _Run:
         self._note("the shared brief was cut to fit the budget")
 
     def _trim(self, e: Entry, reason: TrimReason, source: str, destination: str, tokens: int) -> None:
-        trim = Trim(e.tag, e.id, reason, source, destination, tokens)
-        self.trims.append(trim)
-        log_trim(self.domain, trim)
+        self.trims.append(Trim(e.tag, e.id, reason, source, destination, tokens))
 
     def _note(self, text: str) -> None:
         if text not in self.notes:

@@ -11,11 +11,12 @@ from typing import Any
 
 from ctxbus.agents.context._archive import SearchHit, read_lines
 from ctxbus.agents.context._calls import skeleton_tokens
-from ctxbus.agents.context._compose import compose, protected_units
+from ctxbus.agents.context._compose import plan, protected_units
 from ctxbus.agents.context._config import ContextConfig
 from ctxbus.agents.context._errors import ContextClosed, DomainMismatch, InvalidMessage, UnknownMode, UnknownReference
 from ctxbus.agents.context._modes import ModeDescriptor, lookup_mode, resolve_modes
 from ctxbus.agents.context._records import ConstraintRecord, Entry, SummaryEntry, drop_placeholder
+from ctxbus.agents.context._render import render
 from ctxbus.agents.context._report import Composition, LayerView, TailItem, logger
 from ctxbus.agents.context._state import ContextState, check_message
 from ctxbus.agents.context._store import AgentStore
@@ -239,7 +240,7 @@ class LocalContext:
         :raises InputTooLarge: if `user_input` alone does not fit.
         """
         self._settle()
-        result = compose(
+        decided = plan(
             self._state,
             self.summarizer,
             self._mode,
@@ -249,6 +250,8 @@ class LocalContext:
             domain=self._key,
             count=self._count_cached,
         )
+        self._state.apply(decided)
+        result = render(decided)
         self._last = result
         if self._autoflush:
             self.flush()

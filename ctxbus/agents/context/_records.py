@@ -230,9 +230,12 @@ class Shown:
         return f"<Shown §{self.tag}§ {self.role} {len(self.calls)} calls>"
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(frozen=True, slots=True)
 class SummaryEntry:
-    """One entry of the summary layer, covering messages `first_tag`..`last_tag`."""
+    """One entry of the summary layer, covering messages `first_tag`..`last_tag`.
+
+    A value: a fold or merge makes a new entry (`widened`), so a plan never changes an
+    entry the state holds."""
 
     id: int
     first_tag: int
@@ -240,8 +243,13 @@ class SummaryEntry:
     text: str
     tokens: int
 
+    def widened(self, text: str, tokens: int, first_tag: int, last_tag: int) -> SummaryEntry:
+        """This entry with `text` (counted as `tokens`) instead, covering `first_tag`..`last_tag`
+        too. Entries follow eviction order, not tag order, so merged ranges may overlap."""
+        return SummaryEntry(self.id, min(self.first_tag, first_tag), max(self.last_tag, last_tag), text, tokens)
 
-@dataclass(slots=True, eq=False)
+
+@dataclass(frozen=True, slots=True)
 class ConstraintRecord:
     """The constraint sentences of one message, verbatim, kept in the pinned layer.
 

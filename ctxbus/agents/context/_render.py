@@ -1,8 +1,8 @@
 """Rendering a fitted plan: the prompt, the report, the layer views.
 
-Kept apart from the planner: it only reads the plan's outcome, and everything it emits
-comes from cached strings and counts, so it is linear in the rolling layer with a small
-constant (no tokenizing, one shared view per entry).
+Kept apart from the planner: it reads the `Plan` alone (never the state, nor the
+planner), and everything it emits comes from cached strings and counts, so it is linear
+in the rolling layer with a small constant (no tokenizing, one shared view per entry).
 
 The prompt has a head that changes rarely and a tail that grows (docs/ARCHITECTURE.md
 section 3): the system message (the host's prompt verbatim, else the mode's template),
@@ -20,17 +20,16 @@ from __future__ import annotations
 
 import hashlib
 from array import array
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from ctxbus.agents.context._config import LayerBudgets
 from ctxbus.agents.context._modes import ModeDescriptor
-from ctxbus.agents.context._records import Entry, Shown
+from ctxbus.agents.context._records import ConstraintRecord, Entry, Layer, Shown, SummaryEntry
 from ctxbus.agents.context._report import ComposeReport, Composition, LayerItem, LayerView, Trim, logger
-from ctxbus.agents.context._state import ContextState, Delta, Queued
+from ctxbus.agents.context._state import Delta, HeadState, Queued
 from ctxbus.agents.context._wire import Prompt
-from ctxbus.schemas import MESSAGE_KINDS
 
 __all__ = [
     "HEAD_SEPARATOR",
@@ -53,10 +52,13 @@ with an assistant turn (or is empty): providers want a user message first."""
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """What a compose decided, fixed once it has: the render reads this and the layers of
-    the state the planner left (see `agents.context._compose`), never the planner."""
+    """What one compose decided, from a state it left as it was (`agents.context._compose.plan`):
+    the changes `ContextState.apply` makes, and everything `render` reads.
 
-    st: ContextState
+    Two plans of the same state are equal. The layers here (`rolling` … `summaries`) are as
+    the plan leaves them; after an append-only plan they are the state's own.
+    """
+
     mode: ModeDescriptor
     domain: str
     budget: int
@@ -67,23 +69,38 @@ class Plan:
     sys_cost: int
     user_input: str
     input_cost: int
-    brief: str | None
-    """The brief block of the head (headed, cut if it did not fit), or None."""
-    brief_tokens: int
-    opening: bool
     opening_cost: int
-    omitted: frozenset[int]
-    boundary: int
-    """Where the tail starts (`HeadState.boundary`)."""
+    standin_cost: int
+    """What one stand-in result costs."""
     rebuild: str | None
-    deltas: tuple[Delta, ...]
+    """Why this compose rebuilds the head, or None: it only appends."""
     stable: int
-    queued: Mapping[int, Queued]
+    """Tail messages the previous compose showed too (see `Prompt.stable`)."""
+    head: HeadState
+    """The head after this compose: where the tail starts, the opening line, the brief
+    block, the hard constraints left out, the brief deltas, the drops still queued (none
+    after a rebuild: it applies them)."""
+    rolling: Sequence[Entry]
+    """The rolling messages shown (of the mode's kinds), oldest first."""
+    late: Sequence[Entry]
+    """The pins shown at their place in the tail (`late_pins`)."""
+    pinned: Sequence[Entry]
+    records: Mapping[int, ConstraintRecord]
+    record_keys: Mapping[str, int]
+    """`ContextState.record_keys` with the records this plan made or forgot."""
+    summaries: Sequence[SummaryEntry]
+    next_summary: int
+    """The id the next summary entry gets."""
+    unanswered: Mapping[int, list[int]]
+    """`ContextState.unanswered`: calls shown get a stand-in result each."""
+    moves: Mapping[int, Layer]
+    """Messages that change layer, by tag: evicted (to the summary, or gone) or demoted
+    (to rolling; a demoted message may be evicted after)."""
+    ttl_done: frozenset[int]
+    """Messages with a ttl that left the layers: no longer checked for expiry."""
     rules_cost: int
     summary_cost: int
     brief_cost: int
-    standin_cost: int
-    """What one stand-in result costs."""
     trims: tuple[Trim, ...]
     promoted: tuple[int, ...]
     notes: tuple[str, ...]
@@ -91,26 +108,26 @@ class Plan:
     pinned_overflow: int
 
 
-def late_pins(st: ContextState, first: int, omitted: AbstractSet[int]) -> list[Entry]:
+def late_pins(pinned: Sequence[Entry], first: int, omitted: AbstractSet[int]) -> list[Entry]:
     """The pinned messages shown at their place in the tail: those from tag `first` (where
     the tail starts; see `HeadState.boundary`) on."""
-    if not st.pinned or st.pinned[-1].tag < first:
+    if not pinned or pinned[-1].tag < first:
         return []
-    return [e for e in st.pinned if e.tag >= first and e.tag not in omitted]
+    return [e for e in pinned if e.tag >= first and e.tag not in omitted]
 
 
-def _in_order(rolling: list[Entry], late: list[Entry]) -> list[Entry]:
+def _in_order(rolling: Sequence[Entry], late: Sequence[Entry]) -> Sequence[Entry]:
     """`rolling` with the late pins put in at their places (both are in tag order)."""
     if not late:
         return rolling
     return sorted([*rolling, *late], key=lambda e: e.tag)
 
 
-def _standins(st: ContextState, rolling: list[Entry], cost: int) -> int:
+def _standins(unanswered: Mapping[int, list[int]], rolling: Sequence[Entry], cost: int) -> int:
     """What the stand-in results of the calls shown in `rolling` cost."""
-    if not st.unanswered:
+    if not unanswered:
         return 0
-    return sum(len(st.unanswered.get(e.tag) or ()) * cost for e in rolling)
+    return sum(len(unanswered.get(e.tag) or ()) * cost for e in rolling)
 
 
 def _view(e: Entry, queued: Mapping[int, Queued]) -> Shown:
@@ -121,67 +138,66 @@ def _view(e: Entry, queued: Mapping[int, Queued]) -> Shown:
 
 
 def _with_deltas(tail: list[Shown], deltas: tuple[Delta, ...]) -> list[Shown]:
-    """`tail` with each brief delta put in after the message it followed (both in order)."""
+    """`tail` with each brief delta put in, as a user message, after the message it
+    followed (both in order)."""
     if not deltas:
         return tail
     out: list[Shown] = []
     i = 0
-    for d in deltas:
+    for n, d in enumerate(deltas):
         while i < len(tail) and tail[i].tag <= d.after:
             out.append(tail[i])
             i += 1
-        out.append(d.shown)
+        out.append(Shown.said(-1 - n, d.text))
     return out + tail[i:]
 
 
 def render(run: Plan) -> Composition:
-    """The prompt, report and (lazy) layer views of a finished plan."""
-    st = run.st
-    kinds = run.mode.kinds
-    rolling = st.rolling if len(kinds) == len(MESSAGE_KINDS) else [e for e in st.rolling if e.kind in kinds]
-    late = late_pins(st, run.boundary, run.omitted)
+    """The prompt, report and (lazy) layer views of a plan."""
+    rolling, late, head_state = run.rolling, run.late, run.head
+    omitted = head_state.omitted
     in_tail = {e.tag for e in late}
+    whole = {e.tag for e in run.pinned} if run.records else set()  # pinned whole: their records are not shown
     pinned: list[tuple[int | None, str, str, int]] = sorted(
         [
             (e.tag, e.kind, e.shown, e.shown_tokens + (run.ov if e.tag in in_tail else 1))
-            for e in st.pinned
-            if e.tag not in run.omitted
+            for e in run.pinned
+            if e.tag not in omitted
         ]
         + [
             (tag, "constraint", record.text, record.tokens + 1)
-            for tag, record in st.records.items()
-            if tag not in run.omitted and st.entries[tag - 1].layer != "pinned"
+            for tag, record in run.records.items()
+            if tag not in omitted and tag not in whole
         ]
     )
-    if run.opening:  # nothing pinned in the head: the line stands there, late pins stay in the tail
+    if head_state.opening:  # nothing pinned in the head: the line stands there, late pins stay in the tail
         pinned = [(None, "opening", OPENING, run.opening_cost), *(i for i in pinned if i[0] in in_tail)]
-    summaries = [(s.text, s.tokens + 1) for s in st.summaries]
-    brief, brief_tokens = run.brief, run.brief_tokens
+    summaries = [(s.text, s.tokens + 1) for s in run.summaries]
+    brief, brief_tokens = head_state.brief_text, head_state.brief_tokens
 
-    sections = [OPENING] if run.opening else []
+    sections = [OPENING] if head_state.opening else []
     in_head = [i[2] for i in pinned if i[0] not in in_tail]
-    if in_head and not run.opening:
+    if in_head and not head_state.opening:
         sections.append(PINNED_HEADER + "\n".join(in_head))
     if summaries:
         sections.append(SUMMARY_HEADER + "\n".join(t for t, _ in summaries))
     if brief:
         sections.append(brief)
     head = HEAD_SEPARATOR.join(sections) if sections else None
-    queued = run.queued
-    tail = _with_deltas([_view(e, queued) for e in _in_order(rolling, late)], run.deltas)
+    queued, deltas = head_state.queued, head_state.deltas
+    tail = _with_deltas([_view(e, queued) for e in _in_order(rolling, late)], deltas)
     prompt = Prompt(run.sys_text, head, tail, run.user_input, run.stable)
 
     messages: list[dict[str, str]] = [{"role": "system", "content": run.sys_text}]
     if head is not None:
         messages.append({"role": "user", "content": head})
     messages += [view.chat for view in tail]
-    shown = [_view(e, queued) for e in rolling] if late or run.deltas else tail
+    shown = [_view(e, queued) for e in rolling] if late or deltas else tail
     rolling_tokens = array("l", [e.shown_tokens for e in rolling])
     if queued:
         for i, e in enumerate(rolling):
             if (q := queued.get(e.tag)) is not None:
                 rolling_tokens[i] = q.tokens
-    rolling = list(rolling) if rolling is st.rolling else rolling
     if run.user_input:
         messages.append({"role": "user", "content": run.user_input})
 
@@ -190,7 +206,9 @@ def render(run: Plan) -> Composition:
         "pinned": run.rules_cost,
         "summary": run.summary_cost,
         "brief": run.brief_cost,
-        "rolling": sum(rolling_tokens) + run.ov * len(rolling_tokens) + _standins(st, rolling, run.standin_cost),
+        "rolling": sum(rolling_tokens)
+        + run.ov * len(rolling_tokens)
+        + _standins(run.unanswered, rolling, run.standin_cost),
         "input": run.input_cost,
     }
     report = ComposeReport(
@@ -203,7 +221,7 @@ def render(run: Plan) -> Composition:
         promoted=run.promoted,
         merges=run.merges,
         pinned_overflow=run.pinned_overflow,
-        hard_omitted=tuple(sorted(run.omitted)),
+        hard_omitted=tuple(sorted(omitted)),
         notes=run.notes,
         rebuild=run.rebuild,
     )
@@ -222,7 +240,6 @@ def render(run: Plan) -> Composition:
         },
     )
     b, sys_text, sys_cost, user_input, input_cost = run.b, run.sys_text, run.sys_cost, run.user_input, run.input_cost
-    deltas = run.deltas
     ov = run.ov
 
     def views() -> tuple[LayerView, ...]:
@@ -238,7 +255,7 @@ def render(run: Plan) -> Composition:
                 b.pinned,
                 layers["brief"],
                 ((LayerItem(None, "brief", brief, brief_tokens + 1),) if brief else ())
-                + tuple(LayerItem(None, "brief_delta", d.shown.text, d.tokens + ov) for d in deltas),
+                + tuple(LayerItem(None, "brief_delta", d.text, d.tokens + ov) for d in deltas),
             ),
             LayerView(
                 "rolling",

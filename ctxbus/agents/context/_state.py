@@ -11,17 +11,22 @@ from __future__ import annotations
 import bisect
 import math
 import re
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from ctxbus.agents.context._archive import compact_form
 from ctxbus.agents.context._calls import CALL_OVERHEAD, Call, calls_text, calls_tokens, coerce_calls, legacy_calls
 from ctxbus.agents.context._classify import PIN_COPY_MAX_CHARS, constraint_text, has_constraint, mostly_rule
 from ctxbus.agents.context._config import ContextConfig
 from ctxbus.agents.context._errors import InvalidMessage, UnknownReference
-from ctxbus.agents.context._records import ConstraintRecord, Entry, Layer, Shown, SummaryEntry
-from ctxbus.agents.context._report import logger
+from ctxbus.agents.context._records import ConstraintRecord, Entry, Shown, SummaryEntry
+from ctxbus.agents.context._report import log_trim, logger
 from ctxbus.agents.context._tokens import Tokenizer
 from ctxbus.schemas import MESSAGE_KINDS, MESSAGE_ROLES, message_id
+
+if TYPE_CHECKING:
+    from ctxbus.agents.context._render import Plan
 
 __all__ = ["Changes", "ContextState", "Delta", "HeadState", "Queued", "check_message", "default_importance"]
 
@@ -39,8 +44,6 @@ _DEFAULT_IMPORTANCE = {
     "reasoning": 0.2,
     "synthetic": 0.1,
 }
-_SUMMARY_FOLD_BELOW = 256
-"""New summary text joins the newest entry while their sum stays below this many tokens."""
 PIN_IMPORTANCE = 0.8
 """Importance at or above which a message is pinned."""
 
@@ -59,7 +62,7 @@ class Delta:
     """A change of the shared brief, shown in the tail after message §after§."""
 
     after: int
-    shown: Shown
+    text: str
     tokens: int
 
 
@@ -95,13 +98,15 @@ class Queued:
     """Its `tail_tokens` before the drop."""
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class HeadState:
     """What the head of the prompt was built from, as of the last rebuild.
 
     Between rebuilds a compose only appends (docs/ARCHITECTURE.md section 3), so the
     head, and every message the previous prompt showed, render to the same bytes.
-    In memory only: a reopened context rebuilds at its first compose (`due`).
+    A value: each compose plans the next one (`Plan.head`) and `ContextState.apply`
+    puts it in place. In memory only: a reopened context rebuilds at its first compose
+    (`due`).
     """
 
     composed_at: float | None = None
@@ -123,7 +128,7 @@ class HeadState:
     """Changes of the brief since the rebuild, shown in the tail (`agents.context._delta`)."""
     omitted: frozenset[int] = frozenset()
     """Hard constraints the rebuild left out of the head (they alone exceeded the budget)."""
-    queued: dict[int, Queued] = field(default_factory=dict)
+    queued: Mapping[int, Queued] = field(default_factory=dict)
     """Drops queued until the next rebuild, by tag: what the message showed before."""
     shown_upto: int = 0
     """One past the newest tag the last compose could show."""
@@ -134,7 +139,12 @@ class HeadState:
 
 
 class ContextState:
-    """Messages, layers, summary entries and constraint records of one agent, in memory."""
+    """Messages, layers, summary entries and constraint records of one agent, in memory.
+
+    The one writer of all of it: ingest, drops, notes, references and restores through
+    its methods, a compose's changes through `apply` (the planner only reads), and every
+    write handed out for the store at once by `drain`.
+    """
 
     def __init__(self, config: ContextConfig, tokenizer: Tokenizer) -> None:
         self.config = config
@@ -172,7 +182,7 @@ class ContextState:
         self.unanswered: dict[int, list[int]] = {}
         """Calls no result answers yet: the call's tag -> the indexes of those calls. A
         rendering shows a stand-in result for each one it shows."""
-        self._record_keys: dict[str, int] = {}
+        self.record_keys: dict[str, int] = {}
         """Normalized constraint text -> the tag that stated it first (dedupes restatements)."""
         self._has_user = False
         self.head = HeadState()
@@ -305,7 +315,7 @@ class ContextState:
                 keys.setdefault(_key(e.content), e.tag)
             if record is not None:
                 keys.setdefault(_key(record.text.split("§ ", 1)[-1]), e.tag)
-        self._record_keys = keys
+        self.record_keys = keys
 
     def entry(self, tag: int) -> Entry | None:
         """The message with `tag`, if any."""
@@ -318,32 +328,48 @@ class ContextState:
     def rebuild_due(self, reason: str) -> None:
         """Make the next compose rebuild the head (the layers changed under it)."""
         if self.head.due is None:
-            self.head.due = reason
+            self.head = replace(self.head, due=reason)
 
-    def head_rebuilt(
-        self,
-        *,
-        boundary: int,
-        opening: bool,
-        brief: str | None,
-        brief_text: str | None,
-        brief_tokens: int,
-        omitted: set[int],
-        now: float,
-    ) -> None:
-        """Record the head a rebuild made: later composes append to it."""
-        self.head = HeadState(
-            composed_at=now,
-            boundary=boundary,
-            opening=opening,
-            brief=brief,
-            brief_text=brief_text,
-            brief_tokens=brief_tokens,
-            seen_brief=brief,
-            omitted=frozenset(omitted),
-            shown_upto=self.next_tag,
-            due=None,
-        )
+    def apply(self, plan: Plan) -> None:
+        """Make the changes a compose planned (`agents.context._compose.plan`): the one
+        place a compose writes.
+
+        The head it planned replaces the last one. An append-only compose changes nothing
+        else; a rebuild also moves the messages it evicted or demoted, puts in the
+        constraint records and the summary layer as it left them, and stops checking the
+        ttl of messages that left the layers. Trims, promotions and hard constraints
+        left out are logged here, once made.
+        """
+        self.head = plan.head
+        if plan.rebuild is None:
+            return
+        _log(self, plan)
+        evicted = False
+        for tag, layer in plan.moves.items():
+            entry = self.entries[tag - 1]
+            if entry.layer == "pinned":  # demoted (and maybe evicted after)
+                self.pinned.remove(entry)
+                entry.pin = ""
+                if layer == "rolling":
+                    bisect.insort(self.rolling, entry, key=lambda e: e.tag)
+            evicted |= layer != "rolling"
+            entry.layer = layer
+            self.touch(entry)
+        if evicted:
+            self.rolling = [e for e in self.rolling if e.layer == "rolling"]
+        if plan.records != self.records:
+            self.records = dict(plan.records)
+            self.record_keys = dict(plan.record_keys)
+            self.records_dirty = True
+        before = {s.id: s for s in self.summaries}
+        for summary in plan.summaries:
+            if before.pop(summary.id, None) != summary:
+                self.summary_changes[summary.id] = summary
+        self.summary_changes.update(dict.fromkeys(before))  # merged into another, or dropped
+        self.summaries = list(plan.summaries)
+        self.summary_tokens = sum(s.tokens + 1 for s in self.summaries)
+        self.next_summary_id = plan.next_summary
+        self.ttl_tags -= plan.ttl_done
 
     def drop(self, entry: Entry, placeholder: str, tokens: int, *, queue: bool) -> None:
         """Replace what `entry` shows by its drop placeholder (`tokens` long).
@@ -352,26 +378,16 @@ class ContextState:
         when `queue` (its drop is queued: the prompt's prefix stays cached), else the
         next compose rebuilds. One no prompt showed yet just shows the placeholder.
         """
-        shown = entry.tag < self.head.shown_upto
-        if shown and queue and self.head.due is None:
-            self.head.queued[entry.tag] = Queued(entry.shown_view(), entry.shown_tokens, entry.tail_tokens)
+        head = self.head
+        shown = entry.tag < head.shown_upto
+        if shown and queue and head.due is None:
+            queued = Queued(entry.shown_view(), entry.shown_tokens, entry.tail_tokens)
+            self.head = replace(head, queued={**head.queued, entry.tag: queued})
         elif shown:
             self.rebuild_due("drop")
         entry.state = "dropped"
         entry.set_compact(placeholder, tokens)
         self.touch(entry)
-
-    def tail_shown(self, length: int) -> None:
-        """Record how many tail messages the compose just made shows."""
-        self.head.tail_length = length
-
-    def composed(self, now: float, *, seen_brief: str | None, deltas: tuple[Delta, ...]) -> None:
-        """Record an append-only compose at `now`, with the brief deltas it showed."""
-        head = self.head
-        head.composed_at = now
-        head.shown_upto = self.next_tag
-        head.seen_brief = seen_brief
-        head.deltas = deltas
 
     def annotate(self, tag: int, text: str) -> Entry:
         """Append `text` to what the model is shown of tool result §tag§.
@@ -392,84 +408,33 @@ class ContextState:
         """Mark an entry as changed so the next flush writes it."""
         self.dirty[entry.tag] = entry
 
-    def demote(self, entry: Entry) -> None:
-        """Move a pinned message into rolling, at its place in time."""
-        self.pinned.remove(entry)
-        entry.layer = "rolling"
-        entry.pin = ""
-        bisect.insort(self.rolling, entry, key=lambda e: e.tag)
-        self.touch(entry)
+    def record_constraints(self, entry: Entry) -> None:
+        """Record the constraints of a message just classified (see `constraint_record`)."""
+        made = self.constraint_record(entry, self.record_keys)
+        if made is not None:
+            key, record = made
+            self.records[entry.tag] = record
+            self.record_keys[key] = entry.tag
+            self.records_dirty = True
+            self.rebuild_due("constraint")  # the head shows it from the next compose on
 
-    def record_constraints(self, entry: Entry, *, compact: bool = False) -> ConstraintRecord | None:
-        """Make (once) the constraint record of a message.
+    def constraint_record(
+        self, entry: Entry, keys: Mapping[str, int], *, compact: bool = False
+    ) -> tuple[str, ConstraintRecord] | None:
+        """The constraint record of a message, and the key it takes in `keys` (the
+        restatement keys: `record_keys`, or a plan's copy of them). Changes nothing.
 
         Short messages that are mostly rule are recorded whole unless `compact`; others
         give their constraint units, up to `PIN_COPY_MAX_CHARS`. None if there is no
-        constraint, or it repeats another message's record word for word.
+        constraint, or `keys` gives its text, word for word, to another message.
         """
-        if entry.tag in self.records:
-            return self.records[entry.tag]
         whole = not compact and entry.tokens <= self.config.constraint_whole_max and mostly_rule(entry.content)
         text = entry.content if whole else constraint_text(entry.content, PIN_COPY_MAX_CHARS)
         key = _key(text)
-        if not key or self._record_keys.get(key, entry.tag) != entry.tag:
+        if not key or keys.get(key, entry.tag) != entry.tag:
             return None
         shown = f"§{entry.tag}§ {text}"
-        record = ConstraintRecord(entry.tag, shown, self.tokenizer.count(shown))
-        self.records[entry.tag] = record
-        self._record_keys[key] = entry.tag
-        self.records_dirty = True
-        self.rebuild_due("constraint")  # the head shows it from the next compose on
-        return record
-
-    def forget_record(self, tag: int) -> None:
-        """Drop the constraint record of message §tag§ (its ttl ran out): what no longer
-        binds must leave the pinned layer, record and all."""
-        if self.records.pop(tag, None) is not None:
-            self._record_keys = {key: source for key, source in self._record_keys.items() if source != tag}
-            self.records_dirty = True
-
-    def add_summary(self, first_tag: int, last_tag: int, text: str) -> SummaryEntry:
-        """Append a summary entry, counted once.
-
-        A new entry is folded into the newest one while that is still small, so the layer
-        holds a few dozen entries rather than one per eviction. The folded size is the sum
-        of both counts plus one for the newline: a bound from above, with no recount.
-        """
-        tokens = self.tokenizer.count(text)
-        last = self.summaries[-1] if self.summaries else None
-        if last is not None and last.tokens + tokens < _SUMMARY_FOLD_BELOW:
-            last.text = f"{last.text}\n{text}"
-            last.tokens += tokens + 1
-            last.first_tag = min(last.first_tag, first_tag)
-            last.last_tag = max(last.last_tag, last_tag)
-            self.summary_tokens += tokens + 1
-            self.summary_changes[last.id] = last
-            return last
-        entry = SummaryEntry(self.next_summary_id, first_tag, last_tag, text, tokens)
-        self.next_summary_id += 1
-        self.summaries.append(entry)
-        self.summary_tokens += tokens + 1
-        self.summary_changes[entry.id] = entry
-        return entry
-
-    def update_summary(self, entry: SummaryEntry, text: str, tokens: int, first_tag: int, last_tag: int) -> None:
-        """Replace an entry's text (after a merge), widening its range to cover both ends.
-
-        Entries follow eviction order, not tag order, so merged ranges may overlap.
-        """
-        self.summary_tokens += tokens - entry.tokens
-        entry.text, entry.tokens = text, tokens
-        entry.first_tag = min(entry.first_tag, first_tag)
-        entry.last_tag = max(entry.last_tag, last_tag)
-        self.summary_changes[entry.id] = entry
-
-    def remove_summary(self, index: int) -> SummaryEntry:
-        """Take a summary entry out of the layer."""
-        entry = self.summaries.pop(index)
-        self.summary_tokens -= entry.tokens + 1
-        self.summary_changes[entry.id] = None
-        return entry
+        return key, ConstraintRecord(entry.tag, shown, self.tokenizer.count(shown))
 
     def replace_summaries(self, entries: list[SummaryEntry]) -> None:
         """Swap the whole summary layer (on restore)."""
@@ -525,21 +490,6 @@ class ContextState:
         """Count a reference to `entry` (a read, a search hit): it weighs in its value."""
         entry.refs += 1
         self.touch(entry)
-
-    def place(self, entry: Entry, layer: Layer) -> None:
-        """Move a rolling message out of the prompt: to the summary, or gone for good.
-
-        `rolling` keeps it until `prune_rolling` (a compose evicts many at once)."""
-        entry.layer = layer
-        self.touch(entry)
-
-    def prune_rolling(self) -> None:
-        """Take the messages `place` moved out of the rolling list."""
-        self.rolling = [e for e in self.rolling if e.layer == "rolling"]
-
-    def forget_ttl(self, tag: int) -> None:
-        """Stop checking §tag§ for expiry (it left the prompt's layers)."""
-        self.ttl_tags.discard(tag)
 
     def restore(
         self,
@@ -646,10 +596,10 @@ class ContextState:
         if has_constraint(entry.content):
             if entry.tokens <= self.config.constraint_whole_max and mostly_rule(entry.content):
                 key = _key(entry.content)
-                if key in self._record_keys:
+                if key in self.record_keys:
                     return  # a word-for-word restatement: the first one is pinned already
                 if self._pin(entry, "hard"):
-                    self._record_keys[key] = entry.tag
+                    self.record_keys[key] = entry.tag
                     return
             self.record_constraints(entry)
         if entry.importance >= PIN_IMPORTANCE:
@@ -669,6 +619,25 @@ class ContextState:
             if target is not None and target.tag != tag:
                 target.refs += 1
                 self.touch(target)
+
+
+def _log(state: ContextState, plan: Plan) -> None:
+    """Log what a rebuild changed: trims, promoted constraints, hard constraints left out
+    (newest first, as the plan left them out)."""
+    for trim in plan.trims:
+        log_trim(plan.domain, trim)
+    for tag in plan.promoted:
+        logger.info(
+            "context promote §%s§ constraint to pinned",
+            tag,
+            extra={"event": "promote", "domain": plan.domain, "msg_id": state.entries[tag - 1].id, "tag": tag},
+        )
+    for tag in sorted(plan.head.omitted, reverse=True):
+        logger.warning(
+            "context: hard constraint §%s§ left out: hard constraints alone exceed the budget",
+            tag,
+            extra={"event": "hard_omitted", "domain": plan.domain, "tag": tag},
+        )
 
 
 _ROLES = frozenset(MESSAGE_ROLES)
