@@ -134,3 +134,28 @@ def test_an_unrecognised_rule_survives_a_long_session_in_the_summary(make_ctx: M
     summary = next(layer for layer in prompt.layers if layer.name == "summary")
     assert summary.items, "the session was long enough to be summarized"
     assert UNRECOGNISED[0] in "\n".join(m["content"] for m in prompt.messages)
+
+
+def test_a_users_statement_survives_when_the_summary_must_give_way_to_the_recent_window(make_ctx: MakeContext) -> None:
+    """The newest tool output alone nearly fills the layers, so the summary must give way.
+    Its oldest entry holds the user's statement: folding the entries smaller keeps it (a
+    merge keeps the user's lines first), dropping the oldest entry whole loses it."""
+    ctx = make_ctx(config=ContextConfig(window=4_000, reserve_output=512, reserve_system=256))
+    ctx.add("user", "Tidy up the invoicing module.")
+    ctx.add("assistant", "Starting with the numbering code.")
+    ctx.add("user", "ok, thanks. Invoices are numbered per tenant.")
+    for i in range(60):
+        ctx.add("assistant", f"Step {i}: edited billing/inv_{i}.py lines {i}-{i + 9}, commit a1b2c3{i:03d}.")
+        if i % 5 == 0:
+            ctx.compose()
+    dropped = []
+    for i in range(4):
+        ctx.add("assistant", f"Running the suite, part {i}.", tool_name="pytest", call_id=f"p{i}")
+        log = "\n".join(f"tests/test_{i}_{j}.py::case PASSED in {j % 7} ms" for j in range(55))
+        ctx.add("tool", log, tool_name="pytest", call_id=f"p{i}")
+        report = ctx.compose().report
+        dropped += [t.id for t in report.trims if t.source == "summary" and t.destination == "archive"]
+    prompt = ctx.compose("go on")
+    assert prompt.report.total <= prompt.report.budget
+    assert "Invoices are numbered per tenant." in "\n".join(m["content"] for m in prompt.messages)
+    assert not dropped, "the summary was folded, not dropped"

@@ -8,8 +8,9 @@ tokenizing. What is given up when the prompt is over budget, in order:
 2. soft pins over the pinned cap, then long hard pins cut to their constraint sentences;
 3. the least valuable units of rolling outside the protected window, into the summary
    (whose oldest entries are merged to keep it under its cap);
-4. only when the rest alone is over budget: summary entries, remaining pins, the
-   protected window, and last, hard constraints (reported, never silent) and the brief.
+4. only when the rest alone is over budget: summary entries (folded smaller, dropped
+   only when that cannot help), remaining pins, the protected window, and last, hard
+   constraints (reported, never silent) and the brief.
 
 The system message (the host's prompt, or the mode's template) is never given up: it
 is what the host said the model is, and a prompt that cannot hold it is an error.
@@ -491,6 +492,8 @@ class _Planner:
                 return
             if self._evict_by_value(over):
                 self._flush_batch()
+            elif self.summaries and self._fold_summary(over):
+                pass
             elif self.summaries:
                 self._drop_summary(0)
             elif self._demote_one():
@@ -647,6 +650,33 @@ class _Planner:
                 summaries[0] = first.widened(*shrunk, first.first_tag, first.last_tag)
                 self.summary_tokens += summaries[0].tokens - first.tokens
             self.merges += 1
+
+    def _fold_summary(self, over: int) -> bool:
+        """Give `over` tokens of the summary back by merging its oldest entries into one
+        that much smaller, rather than drop the oldest whole: a merge keeps the user's
+        lines before narration (`Summarizer.merge`), so a rule the classifier missed
+        survives. False when what would be left holds nothing useful (the caller drops
+        the oldest entry then)."""
+        summaries = self.summaries
+        take = tokens = 0
+        for entry in summaries:
+            take += 1
+            tokens += entry.tokens
+            if tokens >= 2 * over:
+                break
+        limit = tokens - over
+        if limit < _MIN_SUMMARY_TARGET:
+            return False
+        folded = summaries[:take]
+        shrunk = self._shrink("\n".join(e.text for e in folded), limit)
+        if shrunk is None:
+            return False
+        first = folded[0]
+        summaries[0] = first.widened(*shrunk, min(e.first_tag for e in folded), max(e.last_tag for e in folded))
+        del summaries[1:take]
+        self.summary_tokens += summaries[0].tokens - sum(e.tokens + 1 for e in folded) + 1
+        self.merges += 1
+        return True
 
     def _shrink(self, text: str, limit: int) -> tuple[str, int] | None:
         """`text` merged down to `limit` tokens at most, and its count; None if it cannot be.
