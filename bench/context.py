@@ -140,20 +140,25 @@ def with_reworded(sessions: list[Session], key: str = "probes") -> list[Session]
     return out
 
 
-def pinned_share(ctx: LocalContext, session: Session, rules: list[str]) -> tuple[int, int]:
-    """(tokens of pinned items that are labelled instructions, all pinned tokens).
+def pinned_share(ctx: LocalContext, session: Session, rules: list[str]) -> tuple[int, int, int]:
+    """(tokens of pinned items that are labelled instructions, of those the user or the
+    host wrote, all pinned tokens).
 
     Labelled: an item from the task itself (system prompt, first user message) or one
     holding a known rule (the README's or an inserted one). A real rule nobody listed
-    counts as noise, so the share is a lower bound.
+    counts as noise, so the share is a lower bound. The user's share counts every pinned
+    item the user (or the host's system prompt) wrote, whatever it says: an upper bound
+    on instructions, and what the assistant's narration cannot crowd out.
     """
     view = next(layer for layer in ctx.inspect() if layer.name == "pinned")
-    total = useful = 0
+    total = useful = users = 0
     for item in view.items:
         total += item.tokens
         if item.tag in session.goal or any(rule in item.text for rule in rules):
             useful += item.tokens
-    return useful, total
+        if ctx.message(item.tag).role in ("user", "system"):
+            users += item.tokens
+    return useful, users, total
 
 
 def broken_pairs(messages: list[dict[str, object]]) -> int:
@@ -258,8 +263,9 @@ def replay(
     kept = total = 0
     missed: list[str] = []
     over = broken = 0
-    useful = pinned = 0
+    useful = users = pinned = 0
     worst = (1.0, "")
+    worst_users = 1.0
     by_place: dict[str, list[int]] = {}
     everything = [rule for s in sessions for rule in s.probes]
     for i, session in enumerate(sessions):
@@ -303,11 +309,14 @@ def replay(
             if not hit:
                 cause = f" [{why_lost(ctx, session, n)}]" if explain and session.at else ""
                 missed.append(f"{session.name}: {probe[:60]!r}{cause}")
-        ours, all_pinned = pinned_share(ctx, session, everything)
+        ours, theirs, all_pinned = pinned_share(ctx, session, everything)
         useful += ours
+        users += theirs
         pinned += all_pinned
         if all_pinned and ours / all_pinned < worst[0]:
             worst = (ours / all_pinned, session.name)
+        if all_pinned:
+            worst_users = min(worst_users, theirs / all_pinned)
         ctx.close()
     return {
         "ingest": ingested / ingest_s,
@@ -324,6 +333,8 @@ def replay(
         "over": over,
         "broken": broken,
         "share": useful / max(1, pinned),
+        "users": users / max(1, pinned),
+        "worst_users": worst_users,
         "pinned": pinned / max(1, len(sessions)),
         "worst": worst[0],
         "worst_name": worst[1],  # type: ignore[dict-item]
@@ -570,14 +581,16 @@ def main(argv: list[str] | None = None) -> int:
         print("\nkept at the final message; pinned tokens from labelled instructions (goal, listed rules)")
         print(
             f"{'budget':>7} {'run':>10} {'README rules':>12} {'inserted':>14} {'early / third / two thirds':>27} "
-            f"{'instr. share':>12} {'worst':>6} {'pinned tok':>10} {'over budget':>11} {'broken pairs':>12}"
+            f"{'instr. share':>12} {'worst':>6} {'user share':>10} {'worst':>6} {'pinned tok':>10} "
+            f"{'over budget':>11} {'broken pairs':>12}"
         )
         for budget in budgets:
             if readme:
                 a = readme[budget]
                 print(
                     f"{budget:>7,} {'README':>10} {a['kept'] / a['total']:>12.1%} {'':>14} {'':>27} "
-                    f"{a['share']:>12.0%} {a['worst']:>6.0%} {a['pinned']:>10,.0f} {a['over']:>11.0f} "
+                    f"{a['share']:>12.0%} {a['worst']:>6.0%} {a['users']:>10.0%} {a['worst_users']:>6.0%} "
+                    f"{a['pinned']:>10,.0f} {a['over']:>11.0f} "
                     f"{a['broken']:>12.0f}"
                 )
             for n, (title, run) in enumerate(runs.items()):
@@ -586,7 +599,8 @@ def main(argv: list[str] | None = None) -> int:
                 places = " / ".join(str(b["places"][p]) for p in PLACES)  # type: ignore[index]
                 print(
                     f"{shown:>7} {title:>10} {'':>12} {b['kept'] / b['total']:>7.1%} {b['kept']:>3.0f}/{b['total']:.0f} "
-                    f"{places:>27} {b['share']:>12.0%} {b['worst']:>6.0%} {b['pinned']:>10,.0f} {b['over']:>11.0f} "
+                    f"{places:>27} {b['share']:>12.0%} {b['worst']:>6.0%} {b['users']:>10.0%} {b['worst_users']:>6.0%} "
+                    f"{b['pinned']:>10,.0f} {b['over']:>11.0f} "
                     f"{b['broken']:>12.0f}"
                 )
         print(
@@ -595,7 +609,8 @@ def main(argv: list[str] | None = None) -> int:
             + ", ".join(
                 f"{title} {str(run[b]['worst_name']).split('/')[-1]}" for title, run in runs.items() for b in budgets
             )
-            + "); pinned tok: mean per session"
+            + "); user share: pinned tokens the user or the host's system prompt wrote (any text of theirs, "
+            "the assistant's narration excluded), with its worst session; pinned tok: mean per session"
         )
         if args.replay_only:
             print(f"\ntotal bench time {time.perf_counter() - began:.1f} s")
