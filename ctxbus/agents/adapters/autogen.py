@@ -29,6 +29,9 @@ brief and the nudges count on; open a new agent on a new store to start afresh.
 The model's text next to its calls is kept where AutoGen keeps it (`thought`).
 """
 
-from ctxbus.agents.adapters._autogen import CtxbusModelContext, CtxbusTool, ctxbus_tools, to_autogen
+from ctxbus.agents.adapters._extras import needs_extra as _needs_extra
+
+with _needs_extra("autogen", "autogen_agentchat", "autogen_core", "autogen_ext"):
+    from ctxbus.agents.adapters._autogen import CtxbusModelContext, CtxbusTool, ctxbus_tools, to_autogen
 
 __all__ = ["CtxbusModelContext", "CtxbusTool", "ctxbus_tools", "to_autogen"]

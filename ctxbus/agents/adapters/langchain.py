@@ -28,6 +28,9 @@ brief live on the event loop, so a synchronous `invoke` raises LangChain's own
 `NotImplementedError` naming the async methods.
 """
 
-from ctxbus.agents.adapters._langchain import CtxbusMiddleware, to_langchain
+from ctxbus.agents.adapters._extras import needs_extra as _needs_extra
+
+with _needs_extra("langchain", "langchain", "langchain_core"):
+    from ctxbus.agents.adapters._langchain import CtxbusMiddleware, to_langchain
 
 __all__ = ["CtxbusMiddleware", "to_langchain"]

@@ -39,6 +39,9 @@ store to start afresh), and `pop_item` raises a `UsageError`. The `Runner`'s own
 them: the reminders are in what the model was sent, the composition (`composition`).
 """
 
-from ctxbus.agents.adapters._openai_agents import CtxbusSession, ctxbus_tools, to_openai_agents
+from ctxbus.agents.adapters._extras import needs_extra as _needs_extra
+
+with _needs_extra("openai-agents", "agents"):
+    from ctxbus.agents.adapters._openai_agents import CtxbusSession, ctxbus_tools, to_openai_agents
 
 __all__ = ["CtxbusSession", "ctxbus_tools", "to_openai_agents"]
