@@ -1,4 +1,4 @@
-"""Suite-wide settings. The real-NATS fixtures come from the `bus.testing` plugin."""
+"""Suite-wide settings. The real-NATS fixtures come from the `ctxbus.bus.testing` plugin."""
 
 from typing import Any
 

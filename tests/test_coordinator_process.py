@@ -1,4 +1,4 @@
-"""`coordinator.testing.CoordinatorProcess`, the fixtures' coordinator: its failures are
+"""`ctxbus.coordinator.testing.CoordinatorProcess`, the fixtures' coordinator: its failures are
 reported with the process's own words, and it stops whatever state it is in."""
 
 from __future__ import annotations

@@ -124,5 +124,5 @@ class CoordinatorConfig:
         if self.brief_budget_tokens is not None and self.count_tokens is None:
             raise UsageError(
                 "brief_budget_tokens needs count_tokens to measure the brief with "
-                "(e.g. agents.context.Tokenizer.load().count_lines); without it the budget is never checked"
+                "(e.g. ctxbus.agents.context.Tokenizer.load().count_lines); without it the budget is never checked"
             )

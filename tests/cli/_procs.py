@@ -86,7 +86,7 @@ class Process:
 
 
 class Command:
-    """`python -m coordinator.cli *args` as a context manager (or `*program, *args`, for
+    """`python -m ctxbus.coordinator.cli *args` as a context manager (or `*program, *args`, for
     another program that starts servers or workers, such as a script of the README).
 
     Its stdout and stderr are read on threads, so `readline()` and `finish()` fail the test

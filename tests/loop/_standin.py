@@ -11,7 +11,7 @@ server speaking Chat Completions (`POST /v1/chat/completions`, `GET /v1/models`)
 - it answers with the `openai` SDK's own response types (`ChatCompletion`, ...), with
   usage: prompt tokens counted with tiktoken, and cached tokens = the longest common
   prefix, in tokens, with the previous request of the same caller (its `user`);
-- it plays the swarm scenario's scripted policy (`agents.swarm._policy`, the demo's own)
+- it plays the swarm scenario's scripted policy (`ctxbus.agents.swarm._policy`, the demo's own)
   as tool calls: the step's tool (`bash` reading the corpus file of that step, written by
   `write_corpus`), `ctx_reduce` on the tags a `<system-reminder>` names (Channel 1, in a
   tool result) or a Channel 2 message asks for, `ctx_search` + `ctx_read` on an archived

@@ -1,4 +1,4 @@
-"""`agents.mcp`'s public names: none of them means something else elsewhere in `agents`."""
+"""`ctxbus.agents.mcp`'s public names: none of them means something else elsewhere in `ctxbus.agents`."""
 
 from __future__ import annotations
 

@@ -1,1 +1,1 @@
-"""Tests for `agents.nudges`: conformance with the reference vectors, sequences, bad input."""
+"""Tests for `ctxbus.agents.nudges`: conformance with the reference vectors, sequences, bad input."""

@@ -1,4 +1,4 @@
-"""`agents.nudges.__all__` is the public face: complete, importable and free of drift."""
+"""`ctxbus.agents.nudges.__all__` is the public face: complete, importable and free of drift."""
 
 from __future__ import annotations
 

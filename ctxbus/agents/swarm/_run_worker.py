@@ -1,4 +1,4 @@
-"""One agent of `ctxbus swarm run` as an OS process: ``python -m agents.swarm._run_worker ...``.
+"""One agent of `ctxbus swarm run` as an OS process: ``python -m ctxbus.agents.swarm._run_worker ...``.
 
 It opens its agent, runs an `AgentLoop` against the model's endpoint until the loop
 stops, then reports when the runner asks, in the line protocol of `schemas._swarm_events`
@@ -51,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = worker_parser("python -m agents.swarm._run_worker", __doc__)
+    parser = worker_parser("python -m ctxbus.agents.swarm._run_worker", __doc__)
     parser.add_argument("--base-url", required=True)
     parser.add_argument("--model", required=True)
     parser.add_argument("--task", required=True, type=Path)

@@ -1,4 +1,4 @@
-"""One swarm agent as an OS process: ``python -m agents.swarm._worker --nats URL ...``.
+"""One swarm agent as an OS process: ``python -m ctxbus.agents.swarm._worker --nats URL ...``.
 
 The worker runs its scripted steps, saving its tally in its own SQLite store after each
 one, so a process started on the same store after a SIGKILL resumes where the last one
@@ -50,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = worker_parser("python -m agents.swarm._worker", __doc__)
+    parser = worker_parser("python -m ctxbus.agents.swarm._worker", __doc__)
     parser.add_argument("--steps", required=True, type=int)
     parser.add_argument("--step-delay", type=float, default=0.0, help="seconds the 'model' thinks per step")
     return parser

@@ -247,7 +247,7 @@ def run(
 ) -> None:
     """Run N agents on a real model and one task: an agent loop per process, one shared brief.
 
-    Each agent is a loop (`agents.loop`): compose its context inside --window, ask the
+    Each agent is a loop (`ctxbus.agents.loop`): compose its context inside --window, ask the
     model at --base-url (any OpenAI-compatible endpoint: vLLM, Ollama, llama.cpp's
     server, LiteLLM, OpenAI), run the tools it calls, record the results. The tools are
     ctx_search, ctx_read, ctx_reduce, brief_get and brief_propose, and bash with
