@@ -51,6 +51,11 @@ def test_a_tenant_and_its_agents_on_an_up_with_auth(tmp_path: Path) -> None:
         proposed = _ctxbus("--credentials", a1, "brief", "propose", "add_note", "hi", "-a", "a1", "--json", env=on)
         assert proposed.returncode == 0, proposed.stderr
         assert json.loads(proposed.stdout)["status"] == "committed"
+        # Another tenant's domain: said at once, not an empty brief or a wait for nobody.
+        for command in (("brief", "show"), ("brief", "propose", "add_note", "hi", "-a", "a1")):
+            elsewhere = _ctxbus("--credentials", a1, *command, "-d", "bob/s1/t1", env=on)
+            assert elsewhere.returncode == 2, elsewhere.stdout
+            assert "bob/s1/t1 belongs to 'bob'" in elsewhere.stderr and "tenant 'acme'" in elsewhere.stderr
 
         anonymous = _ctxbus("brief", "show", env=on)
         assert anonymous.returncode == 1

@@ -60,7 +60,7 @@ def show(domain: DomainOption, nats: NatsOption = DEFAULT_NATS_URL, as_json: Jso
 
 
 async def _show(urls: str, domain: Domain, as_json: bool) -> None:
-    bus = bus_config(urls)
+    bus = bus_config(urls, domain=domain)
     client = await connect(bus)
     try:
         state = await BriefLog(client, verifier=verifier_of(bus), txlog=log_config_of(bus)).load(domain)
@@ -137,7 +137,7 @@ async def _propose(urls: str, domain: Domain, agent: str, op: BriefOp, given_key
     from ctxbus.agents.brief import ProposalUnanswered, Proposer  # `brief show` and `log` need none of the agent side
 
     key = given_key or uuid.uuid4().hex
-    bus = bus_config(urls)
+    bus = bus_config(urls, domain=domain)
     client = await connect(bus)
     try:
         proposer = Proposer(client, domain, agent_id=agent)
@@ -184,7 +184,7 @@ def log_command(
 
 
 async def _log(urls: str, domain: Domain, follow: bool, as_json: bool) -> None:
-    bus = bus_config(urls)
+    bus = bus_config(urls, domain=domain)
     client = await connect(bus)
     brief_log = BriefLog(client, verifier=verifier_of(bus), txlog=log_config_of(bus))
     tx = subject(domain, Verb.TX)

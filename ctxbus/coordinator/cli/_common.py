@@ -129,9 +129,11 @@ CREDENTIALS_ENV: Final = "CTXBUS_CREDENTIALS"
 and every process a command starts, connects with."""
 
 
-def bus_config(urls: str, *, name: str = "ctxbus-cli") -> BusConfig:
+def bus_config(urls: str, *, name: str = "ctxbus-cli", domain: Domain | None = None) -> BusConfig:
     """A `BusConfig` from a `--nats` value and the credentials of `--credentials` (or
-    `$CTXBUS_CREDENTIALS`); a bad URL, or none, is a usage error."""
+    `$CTXBUS_CREDENTIALS`); a bad URL, or none, is a usage error, and so is a `domain`
+    of another tenant than the credentials' (the server would refuse every request, or
+    answer from an account that holds none of it: an empty brief, a wait for nobody)."""
     from pydantic import ValidationError
 
     from ctxbus.bus import BusConfig
@@ -151,6 +153,13 @@ def bus_config(urls: str, *, name: str = "ctxbus-cli") -> BusConfig:
         from ctxbus.bus import Credentials
 
         config = config.model_copy(update={"credentials": Credentials.load(credentials)})
+        tenant = config.credentials.tenant if config.credentials is not None else None
+        if domain is not None and tenant is not None and domain.user != tenant:
+            raise typer.BadParameter(
+                f"{domain} belongs to {domain.user!r}, and these credentials are tenant {tenant!r}'s "
+                f"(from ${CREDENTIALS_ENV} or --credentials): they reach {tenant}/... domains only",
+                param_hint="--domain",
+            )
     return config
 
 

@@ -88,7 +88,7 @@ def mcp(
     """
     from ctxbus.agents.hooks import HooksArchive, hooks_store, set_aside
 
-    bus = bus_config(nats, name=f"ctxbus-mcp-{agent}")
+    bus = bus_config(nats, name=f"ctxbus-mcp-{agent}", domain=domain)
     path = store or agent_store(domain, agent)
     if not resume:
         kept = set_aside(path, time.strftime("%Y%m%dT%H%M%S", time.gmtime()))

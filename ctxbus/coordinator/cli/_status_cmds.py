@@ -53,7 +53,7 @@ def status(
 
 async def _status(urls: str, domain: Domain | None, as_json: bool) -> bool:
     """Print the status; whether any coordinator is serving."""
-    client = await connect(bus_config(urls))
+    client = await connect(bus_config(urls, domain=domain))
     try:
         coordinators, foreign = await survey(client)
         agents = await read_presence(client, domain) if domain else []
@@ -141,7 +141,7 @@ def top(
 
 
 async def _top(urls: str, domain: Domain, interval: float) -> None:
-    client: NatsClient = await connect(bus_config(urls))
+    client: NatsClient = await connect(bus_config(urls, domain=domain))
     try:
         if console.is_terminal:
             # Log lines print above the table, unless stderr goes elsewhere (`2> file`).

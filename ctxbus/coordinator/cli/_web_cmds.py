@@ -80,7 +80,7 @@ def web(
 async def _web(urls: str, domain: Domain | None, host: str, port: int, dirs: list[Path], interval: float) -> None:
     from ctxbus.coordinator.cli._web import read_store, serving_web
 
-    bus = bus_config(urls, name="ctxbus-web")
+    bus = bus_config(urls, name="ctxbus-web", domain=domain)
     client = await connect(bus)
     try:
         tenant = bus.credentials.tenant if bus.credentials is not None else None
