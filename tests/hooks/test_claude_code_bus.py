@@ -54,6 +54,19 @@ async def test_the_brief_at_session_start_and_its_changes_at_each_prompt(nats_ur
         assert "Never use redis." in context_of(check_output("SessionStart", after))
 
 
+async def test_a_task_nobody_has_written_a_brief_for_adds_no_brief(nats_url: str, tmp_path: Path) -> None:
+    """The domain a hook derives (no CTXBUS_DOMAIN) or a new task has an empty brief at
+    revision 0: nothing for the model to read, so no block at all."""
+    env = {
+        "CTXBUS_DOMAIN": f"alice/hooks/{uuid.uuid4().hex[:8]}",
+        "CTXBUS_AGENT": "claude-1",
+        "CTXBUS_NATS_URL": nats_url,
+    }
+    session = ClaudeSession(claude_sessions()[0], tmp_path / "t.jsonl", tmp_path)
+    async with running_coordinator(nats_url, coordinator_id="hooks-empty"):
+        assert await hook({**session.common("SessionStart")}, tmp_path / "state", **env) == "{}\n"
+
+
 def heavy_tool_calls(session: ClaudeSession, count: int) -> list[dict[str, object]]:
     """PostToolUse events whose outputs are large files of the anchor data: a tail made
     mostly of spent output, as a Channel 2 cycle needs."""

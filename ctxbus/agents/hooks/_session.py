@@ -215,7 +215,8 @@ class _Hook:
             return None
         from ctxbus.agents.hooks._bus import load_brief
 
-        return await load_brief(self.config.bus, self.config.domain, deadline=self.config.bus_deadline)
+        brief = await load_brief(self.config.bus, self.config.domain, deadline=self.config.bus_deadline)
+        return None if brief is None or brief[0] == 0 else brief  # nobody has written one: nothing to show
 
     async def _channel2(self, nudges: SqliteNudgeStateStore, measure: TailMeasure) -> str | None:
         if self.config.bus is None:
