@@ -28,8 +28,10 @@ def _sessions() -> list[Path]:
 
 
 def _kept_layers(ctx: LocalContext) -> str:
-    """Text of the layers that must hold early constraints at the end: pinned and summary."""
-    return "\n".join(item.text for view in ctx.inspect() if view.name in ("pinned", "summary") for item in view.items)
+    """Text of the layers that must hold early constraints at the end: pinned, authored (the user's words) and summary."""
+    return "\n".join(
+        item.text for view in ctx.inspect() if view.name in ("pinned", "authored", "summary") for item in view.items
+    )
 
 
 def _replay(ctx: LocalContext, messages: list[dict[str, object]]) -> Composition:

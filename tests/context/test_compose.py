@@ -52,11 +52,11 @@ def test_prompt_order_and_layers(make_ctx: MakeContext, tokenizer: Tokenizer) ->
     assert report.layers["pinned"] + report.layers["brief"] <= report.budgets.pinned, "the brief shares the cap"
 
     views = ctx.inspect()
-    assert [v.name for v in views] == ["system", "pinned", "summary", "brief", "rolling", "input"]
+    assert [v.name for v in views] == ["system", "pinned", "authored", "summary", "brief", "rolling", "input"]
     assert sum(v.tokens for v in views) == report.total
-    rolling_view = views[4]
+    rolling_view = views[5]
     assert [item.text for item in rolling_view.items] == [m["content"] for m in rolling]
-    assert views[5].items[0].text == "What now?"
+    assert views[6].items[0].text == "What now?"
 
 
 def test_everything_fits_nothing_is_trimmed(make_ctx: MakeContext) -> None:

@@ -33,7 +33,7 @@ def _history(make_ctx: MakeContext, name: str, **kwargs: Any) -> tuple[LocalCont
     ctx.add("user", "Goal: tidy the repo and keep the build green.")
     for i in range(24):
         ctx.add("assistant", f"thinking {i}: " + "hmm " * 40, kind="reasoning", ttl=1_000)
-        ctx.add("user", f"step {i}: " + "please look at the failing test output again " * 4)
+        ctx.add("user", f"step {i}: look again")
     ctx.add("assistant", "brb", importance=0.1, ttl=5)
     ctx.add("user", "ok")
     ctx.compose()  # evicts, ttl'd messages among them: their ttl no longer matters after

@@ -138,8 +138,8 @@ def test_an_unrecognised_rule_survives_a_long_session_in_the_summary(make_ctx: M
 
 def test_a_users_statement_survives_when_the_summary_must_give_way_to_the_recent_window(make_ctx: MakeContext) -> None:
     """The newest tool output alone nearly fills the layers, so the summary must give way.
-    Its oldest entry holds the user's statement: folding the entries smaller keeps it (a
-    merge keeps the user's lines first), dropping the oldest entry whole loses it."""
+    The user's statement is not in it: it is in the authored layer, kept by who wrote it,
+    word for word, however much of the summary goes."""
     ctx = make_ctx(config=ContextConfig(window=4_000, reserve_output=512, reserve_system=256))
     ctx.add("user", "Tidy up the invoicing module.")
     ctx.add("assistant", "Starting with the numbering code.")
@@ -158,4 +158,7 @@ def test_a_users_statement_survives_when_the_summary_must_give_way_to_the_recent
     prompt = ctx.compose("go on")
     assert prompt.report.total <= prompt.report.budget
     assert "Invoices are numbered per tenant." in "\n".join(m["content"] for m in prompt.messages)
-    assert not dropped, "the summary was folded, not dropped"
+    authored = next(layer for layer in prompt.layers if layer.name == "authored")
+    assert any("Invoices are numbered per tenant." in item.text for item in authored.items), "kept by who wrote it"
+    summary = "\n".join(item.text for layer in prompt.layers if layer.name == "summary" for item in layer.items)
+    assert "Invoices are numbered" not in summary and dropped, "the summary gave way; the statement was not in it"

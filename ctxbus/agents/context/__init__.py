@@ -1,7 +1,7 @@
 """The local three-layer context engine: pure, synchronous, its only I/O is SQLite.
 
-`LocalContext` keeps one agent's history in three layers under a token budget (pinned,
-rolling, summary), archives large tool output for `read`/`search`, and persists
+`LocalContext` keeps one agent's history in layers under a token budget (pinned, the
+user's own words, rolling, summary), archives large tool output for `read`/`search`, and persists
 everything in the agent's SQLite file. Its `compose()` gives a `Composition`, which
 renders the prompt for a provider: `to_openai()` (Chat Completions) or `to_anthropic()`
 (Messages API), each call of each turn paired with its result. See
@@ -9,6 +9,7 @@ docs/ARCHITECTURE.md section 3.
 """
 
 from ctxbus.agents.context._archive import SearchHit
+from ctxbus.agents.context._authored import AuthoredItem
 from ctxbus.agents.context._config import ContextConfig, LayerBudgets
 from ctxbus.agents.context._cost import PRICE_PRESETS, CacheMeter, PricePreset, PromptCache
 from ctxbus.agents.context._engine import LocalContext
@@ -32,6 +33,7 @@ from ctxbus.agents.context._tokens import CLAUDE_SPLIT_PATTERN, DEFAULT_ENCODING
 
 __all__ = [
     "AgentStore",
+    "AuthoredItem",
     "BUILTIN_MODES",
     "CacheMeter",
     "CLAUDE_SPLIT_PATTERN",

@@ -34,6 +34,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Iterator, Mapping
 
+from ctxbus.agents.context._authored import AUTHORED_HEADER, AuthoredItem, fit, is_authored, statement_density
 from ctxbus.agents.context._classify import SHORT_RULE_CHARS, has_constraint
 from ctxbus.agents.context._config import LayerBudgets
 from ctxbus.agents.context._delta import brief_delta
@@ -86,6 +87,12 @@ def _may_bind(e: Entry) -> bool:
     or a plan, not a rule.
     """
     return e.role in ("user", "system") or e.kind in _BINDING_KINDS
+
+
+def _shows(text: str, record: str) -> bool:
+    """Whether `text` holds every line of constraint record `record` (its `§N§ ` cut)."""
+    lines = record.split("§ ", 1)[-1].split("\n")
+    return all(line.strip() in text for line in lines if line.strip())
 
 
 def protected_units(visible: list[Entry], recent: int) -> set[int]:
@@ -168,6 +175,7 @@ class _Planner:
         self.brief_tokens = count(self.brief) if self.brief else 0
         self.summary_header = count(SUMMARY_HEADER)
         self.pinned_header = count(PINNED_HEADER)
+        self.authored_header = count(AUTHORED_HEADER)
         self.standin_cost = count(STANDIN_RESULT) + self.ov
         """A call shown with no result gets a stand-in result (see `agents.context._wire`)."""
         self.opening = False
@@ -186,6 +194,7 @@ class _Planner:
         # changing them (`_own`), then copies.
         self.rolling = state.rolling
         self.pinned = state.pinned
+        self.authored = state.authored
         self.records = state.records
         self.keys = state.record_keys
         self.summaries = state.summaries
@@ -214,7 +223,10 @@ class _Planner:
         self.boundary: int | None = None if self.rebuild else head.boundary
         """Pins and records from this tag on show in the tail; None while rebuilding (then
         it is the oldest message the rolling layer shows, as it goes)."""
+        self.items: list[AuthoredItem] | None = None
+        """The authored layer as this plan shows it; None until worked out (`shown_authored`)."""
         if self.rebuild is None:
+            self.items = list(head.authored)
             self.opening = head.opening
             self.omitted = set(head.omitted)
             self.brief, self.brief_tokens = head.brief_text, head.brief_tokens
@@ -230,6 +242,33 @@ class _Planner:
         """The pinned layer with the brief, which shares its cap."""
         return self.rules_cost() + self.brief_cost()
 
+    def shown_authored(self) -> list[AuthoredItem]:
+        """The authored layer as shown: verbatim while it fits its share, else compressed
+        (`agents.context._authored.fit`). Worked out again whenever a rebuild moves a
+        message into it or out of it."""
+        if self.items is None:
+            cap = self.b.authored - self.authored_header - self.ov
+            self.items = fit(self.authored, cap, self.st.authored_memo, self.count_once)
+        return self.items
+
+    def authored_cost(self) -> int:
+        if not self.authored:
+            return 0
+        return self.ov + self.authored_header + sum(i.tokens + 1 for i in self.shown_authored())
+
+    def verbatim_records(self) -> set[int]:
+        """Authored messages that show every line of their constraint record: the record
+        would say again what the user's words say there. One compressed so that a
+        constraint went behind a locator or was folded shows its record in the pinned block."""
+        if not self.authored or not self.records:
+            return set()
+        hidden = set()
+        for item in self.shown_authored():
+            record = self.records.get(item.tag)
+            if record is not None and (item.form.verbatim or _shows(item.text, record.text)):
+                hidden.add(item.tag)
+        return hidden
+
     def brief_cost(self) -> int:
         """The brief in the head and its deltas in the tail."""
         head = self.brief_tokens + 1 + self.ov if self.brief else 0
@@ -241,6 +280,7 @@ class _Planner:
         the rolling layer's oldest message shown) is a message of its own there."""
         first = self.first_rolling()
         entries, moved = self.st.entries, self.moved
+        hidden = self.verbatim_records() if self.records else set()
         items = 0
         total = self.opening_cost if self.opening else 0
         for e in self.pinned:
@@ -252,7 +292,7 @@ class _Planner:
                 items += 1
                 total += e.shown_tokens + 1
         for tag, record in self.records.items():
-            if tag not in self.omitted and moved.get(tag, entries[tag - 1].layer) != "pinned":
+            if tag not in self.omitted and tag not in hidden and moved.get(tag, entries[tag - 1].layer) != "pinned":
                 items += 1
                 total += record.tokens + 1
         return total + (self.ov + self.pinned_header if items else 0)
@@ -285,7 +325,7 @@ class _Planner:
         (nothing in the head, and the tail starting with an assistant turn) or no message
         at all after the system one: user-first APIs refuse both."""
         entries, moved, omitted = self.st.entries, self.moved, self.omitted
-        if self.summary_cost() or self.brief:
+        if self.summary_cost() or self.brief or self.authored:
             return False
         if any(tag not in omitted and moved.get(tag, entries[tag - 1].layer) != "pinned" for tag in self.records):
             return False
@@ -334,7 +374,7 @@ class _Planner:
 
     def _own(self) -> None:
         """Copy the layers this rebuild may change: the state's stay as they are."""
-        self.rolling, self.pinned = list(self.rolling), list(self.pinned)
+        self.rolling, self.pinned, self.authored = list(self.rolling), list(self.pinned), list(self.authored)
         self.records, self.keys = dict(self.records), dict(self.keys)
         self.summaries = list(self.summaries)
 
@@ -347,6 +387,7 @@ class _Planner:
         rolling = [e for e in self.visible if moved.get(e.tag, e.layer) == "rolling"] if self.evicted else self.visible
         late = late_pins(self.pinned, self.boundary, self.omitted)
         tail_length = len(rolling) + len(late) + len(self.deltas)
+        authored = tuple(self.shown_authored())
         head = HeadState(
             composed_at=self.now,
             boundary=self.boundary,
@@ -358,6 +399,7 @@ class _Planner:
             deltas=self.deltas,
             omitted=frozenset(self.omitted),
             queued=self.queued,
+            authored=authored,
             shown_upto=st.next_tag,
             tail_length=tail_length,
             due=None,
@@ -380,6 +422,9 @@ class _Planner:
             rolling=rolling,
             late=late,
             pinned=self.pinned,
+            authored_entries=self.authored,
+            hidden_records=frozenset(self.verbatim_records()),
+            authored_cost=self.authored_cost(),
             records=self.records,
             record_keys=self.keys,
             summaries=self.summaries,
@@ -399,7 +444,7 @@ class _Planner:
 
     def total(self) -> int:
         """What the layers cost as they stand."""
-        return self.pinned_cost() + self.summary_cost() + self.rolling_cost
+        return self.pinned_cost() + self.authored_cost() + self.summary_cost() + self.rolling_cost
 
     def _expiring(self) -> bool:
         """Whether a message in the prompt has outlived its ttl."""
@@ -414,8 +459,13 @@ class _Planner:
         low = int(self.layers_cap * self.cfg.low_water)
         # What is evicted is summarized, and the summary grows: evict again until the
         # whole is down to the mark (or nothing outside the protected window is left).
-        while (over := self.total() - low) > 0 and self._evict_by_value(over):
-            self._flush_batch()
+        # What the user wrote beyond its share goes last: left there, it would keep the
+        # prompt at the high-water mark and rebuild the head at every call.
+        while (over := self.total() - low) > 0:
+            if self._evict_by_value(over):
+                self._flush_batch()
+            elif not self._give_authored(beyond_share=True):
+                return
 
     def _measure(self) -> None:
         """(Re)compute the visible rolling messages, their cost and the protected units.
@@ -487,7 +537,7 @@ class _Planner:
 
     def _fit(self) -> None:
         while True:
-            over = self.pinned_cost() + self.summary_cost() + self.rolling_cost - self.layers_cap
+            over = self.total() - self.layers_cap
             if over <= 0:
                 return
             if self._evict_by_value(over):
@@ -498,9 +548,15 @@ class _Planner:
                 self._drop_summary(0)
             elif self._demote_one():
                 self._measure()
+            elif self._give_authored(beyond_share=True):
+                self._note(
+                    "what the user wrote is over its share with everything else given up; the oldest is summarized"
+                )
             elif self._evict_protected():
                 self._note("the protected recent window alone is over budget; evicting inside it")
                 self._flush_batch()
+            elif self._give_authored(beyond_share=False):
+                self._note("what the user wrote alone is over budget; the oldest is summarized")
             elif self._omit_newest_hard():
                 self._note("hard constraints alone exceed the budget; the newest are left out of this prompt")
             elif self.brief:
@@ -560,6 +616,11 @@ class _Planner:
             ):
                 self.moved[e.tag] = "gone"
                 destination = "dropped"
+            elif not expired and is_authored(e):
+                # Author first: what the user wrote is kept in their words, whatever it says.
+                self.moved[e.tag] = destination = "authored"
+                bisect.insort(self.authored, e, key=lambda x: x.tag)
+                self.items = None
             else:
                 self.moved[e.tag] = "summary"
                 destination = "summary"
@@ -568,6 +629,24 @@ class _Planner:
         self.rolling_cost -= freed
         self.evicted = True
         return freed
+
+    def _give_authored(self, *, beyond_share: bool) -> bool:
+        """Make room from what the user wrote, when nothing else is left to give: summarize the message of the layer's oldest that holds the
+        fewest statements for its size (a long paste of chatter before a short fact; its
+        constraints then show as records, and the summary keeps a user's statements before
+        narration). With `beyond_share`, only while the layer is over its share: within
+        it, the protected window gives way first. False when there is nothing to give."""
+        if not self.authored or (beyond_share and self.authored_cost() <= self.b.authored):
+            return False
+        memo, scan = self.st.authored_memo, self.authored[: self.cfg.eviction_scan]
+        e = min(scan, key=lambda x: (statement_density(x, memo), x.tag))
+        self.authored.remove(e)
+        self.items = None
+        self.moved[e.tag] = "summary"
+        self.batch.append(e)
+        self._trim(e, "over_budget", "authored", "summary", e.shown_tokens)
+        self._flush_batch()
+        return True
 
     def _demote(self, e: Entry) -> None:
         """Move a pinned message into rolling, at its place in time."""

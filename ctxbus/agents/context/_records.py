@@ -26,8 +26,10 @@ __all__ = [
     "LOW_VALUE_KINDS",
 ]
 
-Layer = Literal["pinned", "rolling", "summary", "gone"]
-"""Where a message is: one of the three layers, or out of the prompt for good ("gone")."""
+Layer = Literal["pinned", "authored", "rolling", "summary", "gone"]
+"""Where a message is: one of the layers, or out of the prompt for good ("gone").
+"authored" holds what the user wrote once the rolling layer let it go
+(`agents.context._authored`)."""
 
 _KIND_VALUE: Final = {
     "conclusion": 1.0,

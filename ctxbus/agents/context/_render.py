@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
+from ctxbus.agents.context._authored import AUTHORED_HEADER
 from ctxbus.agents.context._config import LayerBudgets
 from ctxbus.agents.context._modes import ModeDescriptor
 from ctxbus.agents.context._records import ConstraintRecord, Entry, Layer, Shown, SummaryEntry
@@ -85,6 +86,11 @@ class Plan:
     late: Sequence[Entry]
     """The pins shown at their place in the tail (`late_pins`)."""
     pinned: Sequence[Entry]
+    authored_entries: Sequence[Entry]
+    """The authored layer's messages, in tag order (shown as `head.authored`)."""
+    hidden_records: frozenset[int]
+    """Constraint records not shown: their message's every line is in the authored layer."""
+    authored_cost: int
     records: Mapping[int, ConstraintRecord]
     record_keys: Mapping[str, int]
     """`ContextState.record_keys` with the records this plan made or forgot."""
@@ -157,7 +163,8 @@ def render(run: Plan) -> Composition:
     rolling, late, head_state = run.rolling, run.late, run.head
     omitted = head_state.omitted
     in_tail = {e.tag for e in late}
-    whole = {e.tag for e in run.pinned} if run.records else set()  # pinned whole: their records are not shown
+    # Pinned whole, or shown whole in the authored layer: their records are not shown.
+    whole = ({e.tag for e in run.pinned} | run.hidden_records) if run.records else set()
     pinned: list[tuple[int | None, str, str, int]] = sorted(
         [
             (e.tag, e.kind, e.shown, e.shown_tokens + (run.ov if e.tag in in_tail else 1))
@@ -179,6 +186,9 @@ def render(run: Plan) -> Composition:
     in_head = [i[2] for i in pinned if i[0] not in in_tail]
     if in_head and not head_state.opening:
         sections.append(PINNED_HEADER + "\n".join(in_head))
+    authored = head_state.authored
+    if authored:
+        sections.append(AUTHORED_HEADER + "\n".join(i.text for i in authored))
     if summaries:
         sections.append(SUMMARY_HEADER + "\n".join(t for t, _ in summaries))
     if brief:
@@ -204,6 +214,7 @@ def render(run: Plan) -> Composition:
     layers = {
         "system": run.sys_cost,
         "pinned": run.rules_cost,
+        "authored": run.authored_cost,
         "summary": run.summary_cost,
         "brief": run.brief_cost,
         "rolling": sum(rolling_tokens)
@@ -224,6 +235,7 @@ def render(run: Plan) -> Composition:
         hard_omitted=tuple(sorted(omitted)),
         notes=run.notes,
         rebuild=run.rebuild,
+        authored=authored,
     )
     logger.info(
         "context compose: %s of %s tokens",
@@ -247,6 +259,12 @@ def render(run: Plan) -> Composition:
         return (
             LayerView("system", sys_cost, sys_cost, (LayerItem(None, "system", sys_text, sys_cost),)),
             LayerView("pinned", b.pinned, layers["pinned"], tuple(LayerItem(*item) for item in pinned)),
+            LayerView(
+                "authored",
+                b.authored,
+                layers["authored"],
+                tuple(LayerItem(i.tag, i.kind, i.text, i.tokens + 1) for i in authored),
+            ),
             LayerView(
                 "summary", b.summary, layers["summary"], tuple(LayerItem(None, "summary", t, n) for t, n in summaries)
             ),

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ctxbus.agents.context._authored import AuthoredItem
 from ctxbus.agents.context._config import LayerBudgets
 from ctxbus.agents.context._wire import Prompt, to_anthropic, to_openai
 from ctxbus.schemas import ToolCall
@@ -94,10 +95,10 @@ class ComposeReport:
     total: int
     """Tokens of the composed prompt; never above `budget`."""
     layers: dict[str, int]
-    """Tokens per layer: system, pinned, summary, brief (which shares pinned's cap),
-    rolling, input."""
+    """Tokens per layer: system, pinned, authored (what the user wrote, let go by
+    rolling), summary, brief (which shares pinned's cap), rolling, input."""
     budgets: LayerBudgets
-    """Caps of pinned, rolling and summary for this compose."""
+    """Caps of pinned, rolling, summary and authored (its share) for this compose."""
     trims: tuple[Trim, ...]
     """Everything trimmed, in order."""
     promoted: tuple[int, ...]
@@ -118,6 +119,15 @@ class ComposeReport:
     `brief` (the shared brief changed), `expired` (a ttl ran out), `cache_expired`
     (longer than `cache_lifetime` since the last compose) and `pressure` (past the
     high-water mark)."""
+    authored: tuple[AuthoredItem, ...] = ()
+    """The authored layer as shown: per message, what of it is verbatim, and how many of
+    its lines are folded, archived (pasted output behind a locator) or left out as
+    repeats."""
+
+    @property
+    def user_share(self) -> float:
+        """Share of the prompt's tokens in the authored layer (the user's own words)."""
+        return self.layers.get("authored", 0) / self.total if self.total else 0.0
 
 
 class Composition:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from ctxbus.agents.context._archive import compact_form
+from ctxbus.agents.context._authored import AuthoredItem, AuthoredMemo
 from ctxbus.agents.context._calls import CALL_OVERHEAD, Call, calls_text, calls_tokens, coerce_calls, legacy_calls
 from ctxbus.agents.context._classify import PIN_COPY_MAX_CHARS, constraint_text, has_constraint, mostly_rule
 from ctxbus.agents.context._config import ContextConfig
@@ -130,6 +131,9 @@ class HeadState:
     """Hard constraints the rebuild left out of the head (they alone exceeded the budget)."""
     queued: Mapping[int, Queued] = field(default_factory=dict)
     """Drops queued until the next rebuild, by tag: what the message showed before."""
+    authored: tuple[AuthoredItem, ...] = ()
+    """The authored layer as the head shows it: each message the user wrote that the
+    rolling layer let go, verbatim or compressed (`agents.context._authored.fit`)."""
     shown_upto: int = 0
     """One past the newest tag the last compose could show."""
     tail_length: int = 0
@@ -156,6 +160,10 @@ class ContextState:
         self.pinned: list[Entry] = []
         """Messages pinned whole, in tag order (oldest first, as demotion expects), however
         late classification pinned them."""
+        self.authored: list[Entry] = []
+        """Messages of the authored layer (what the user wrote, let go by rolling), in tag order."""
+        self.authored_memo = AuthoredMemo()
+        """How the authored layer's messages split and render, worked out once (a cache)."""
         self.records: dict[int, ConstraintRecord] = {}
         """Constraint records by source tag."""
         self.summaries: list[SummaryEntry] = []
@@ -307,6 +315,7 @@ class ContextState:
         self.rebuild_due("layers")
         self.rolling = [e for e in self.entries if e.layer == "rolling"]
         self.pinned = [e for e in self.entries if e.layer == "pinned"]
+        self.authored = [e for e in self.entries if e.layer == "authored"]
         self.ttl_tags = {e.tag for e in self.entries if e.ttl is not None}
         keys: dict[str, int] = {}
         for e in self.entries:
@@ -357,6 +366,7 @@ class ContextState:
             self.touch(entry)
         if evicted:
             self.rolling = [e for e in self.rolling if e.layer == "rolling"]
+        self.authored = list(plan.authored_entries)
         if plan.records != self.records:
             self.records = dict(plan.records)
             self.record_keys = dict(plan.record_keys)
