@@ -78,3 +78,30 @@ def test_inspect_shows_the_layers_of_an_agent_store(tmp_path: Path) -> None:
     missing = _ctxbus("inspect", "nobody", "--domain", "alice/s1/t1", state=tmp_path)
     assert missing.returncode == 2 and "no store of agent 'nobody' at" in missing.stderr
     assert "--store" in missing.stderr
+
+
+def test_inspect_shows_the_users_share_and_what_of_it_is_archived(tmp_path: Path) -> None:
+    """Issue 29: a user sees why their paste is behind a locator and their sentences are not."""
+    from ctxbus.agents.context import ContextConfig
+    from ctxbus.agents.runtime import save_config
+    from tests.context.test_authored import AROUND_LOG, GOAL, LOG, SMALL, WINDOW, _until_authored
+
+    domain = Domain.parse("alice/s1/t1")
+    store = tmp_path / "agents" / "alice" / "s1" / "t1" / "a1.db"
+    store.parent.mkdir(parents=True)
+    config = ContextConfig(window=WINDOW, **SMALL)  # type: ignore[arg-type]
+    with LocalContext(store, domain, config=config) as context:
+        save_config(context, config)
+        context.add("user", GOAL)
+        tag = context.add("user", "\n".join([AROUND_LOG[0], *LOG, AROUND_LOG[1]]))
+        _until_authored(context, tag)
+    out = _ctxbus("inspect", "a1", "--domain", "alice/s1/t1", "--json", state=tmp_path)
+    assert out.returncode == 0, out.stderr
+    authored = next(layer for layer in json.loads(out.stdout) if layer["layer"] == "authored")
+    (item,) = [i for i in authored["items"] if i["tag"] == tag]
+    assert item["lines"] == len(LOG) + 2 and item["archived"] >= len(LOG) - 2 and item["folded"] == 0
+    assert AROUND_LOG[0] in item["text"] and LOG[10] not in item["text"]
+    shown = _ctxbus("inspect", "a1", "--domain", "alice/s1/t1", state=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "what the user wrote, in their words" in shown.stdout
+    assert f"1 with {item['archived']} pasted lines archived" in shown.stdout

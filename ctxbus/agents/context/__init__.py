@@ -26,7 +26,16 @@ from ctxbus.agents.context._errors import (
 )
 from ctxbus.agents.context._modes import BUILTIN_MODES, ModeDescriptor
 from ctxbus.agents.context._records import drop_placeholder
-from ctxbus.agents.context._report import ComposeReport, Composition, LayerItem, LayerView, TailItem, Trim, TrimReason
+from ctxbus.agents.context._report import (
+    ComposeReport,
+    Composition,
+    LayerItem,
+    LayerView,
+    TailItem,
+    Trim,
+    TrimReason,
+    authored_note,
+)
 from ctxbus.agents.context._store import AgentStore, check_store_file, store_error
 from ctxbus.agents.context._summary import ExtractiveSummarizer, Summarizer
 from ctxbus.agents.context._tokens import CLAUDE_SPLIT_PATTERN, DEFAULT_ENCODING, EncodingNotFound, Tokenizer
@@ -51,6 +60,7 @@ __all__ = [
     "LayerBudgets",
     "LayerItem",
     "LayerView",
+    "authored_note",
     "LinesPastTheEnd",
     "LocalContext",
     "ModeDescriptor",

@@ -263,7 +263,19 @@ def render(run: Plan) -> Composition:
                 "authored",
                 b.authored,
                 layers["authored"],
-                tuple(LayerItem(i.tag, i.kind, i.text, i.tokens + 1) for i in authored),
+                tuple(
+                    LayerItem(
+                        i.tag,
+                        i.kind,
+                        i.text,
+                        i.tokens + 1,
+                        lines=i.lines,
+                        folded=i.folded,
+                        archived=i.archived,
+                        deduped=i.deduped,
+                    )
+                    for i in authored
+                ),
             ),
             LayerView(
                 "summary", b.summary, layers["summary"], tuple(LayerItem(None, "summary", t, n) for t, n in summaries)

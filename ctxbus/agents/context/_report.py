@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -68,6 +68,21 @@ class LayerItem:
     included)."""
     tool_calls: tuple[ToolCall, ...] = ()
     """The calls an assistant turn makes, shown with its text."""
+    lines: int = 0
+    """For a message of the authored layer: its lines; 0 elsewhere."""
+    folded: int = 0
+    """Of those, lines folded out of the prompt (`ctx_read` of the tag shows them)."""
+    archived: int = 0
+    """Lines of pasted output behind a locator."""
+    deduped: int = 0
+    """Lines left out because an older message of the layer shows them."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready form (what `ctxbus inspect --json` and the web page give)."""
+        out: dict[str, Any] = {"tag": self.tag, "kind": self.kind, "tokens": self.tokens, "text": self.text}
+        if self.lines:
+            out |= {"lines": self.lines, "folded": self.folded, "archived": self.archived, "deduped": self.deduped}
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,13 +90,48 @@ class LayerView:
     """One layer of a composed prompt."""
 
     name: str
-    """system, pinned, summary, brief, rolling or input, in prompt order."""
+    """system, pinned, authored, summary, brief, rolling or input, in prompt order."""
     budget: int
     """The layer's cap for this compose (for system and input: their own size)."""
     tokens: int
     """What the layer costs, message overheads included."""
     items: tuple[LayerItem, ...]
     """Its contents in prompt order."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready form (what `ctxbus inspect --json` and the web page give)."""
+        return {
+            "layer": self.name,
+            "budget": self.budget,
+            "tokens": self.tokens,
+            "items": [i.as_dict() for i in self.items],
+        }
+
+
+def authored_note(layers: Sequence[LayerView]) -> str:
+    """One line on the authored layer of `layers` (a composition's): the user's share of
+    the prompt and what of it is folded, archived or left out as repeats, so a user can
+    see why something of theirs is where it is. Empty when the layer holds nothing."""
+    authored = next((v for v in layers if v.name == "authored"), None)
+    if authored is None or not authored.items:
+        return ""
+    total = sum(v.tokens for v in layers)
+    items = authored.items
+    parts = [f"{sum(1 for i in items if not (i.folded or i.archived or i.deduped))} verbatim"]
+    for what, count in (
+        ("lines folded", "folded"),
+        ("pasted lines archived", "archived"),
+        ("repeated lines left out", "deduped"),
+    ):
+        touched = [getattr(i, count) for i in items if getattr(i, count)]
+        if touched:
+            parts.append(f"{len(touched)} with {sum(touched):,} {what}")
+    share = f" ({authored.tokens / total:.0%})" if total else ""
+    return (
+        f"what the user wrote, in their words: {authored.tokens:,} of {total:,} prompt tokens{share}, "
+        f"share {authored.budget:,}; {len(items)} messages: {', '.join(parts)}"
+        + ("; ctx_read of a tag shows a message whole" if len(parts) > 1 else "")
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ctxbus.agents.context import PRICE_PRESETS, Tokenizer
+from ctxbus.agents.context import PRICE_PRESETS, Tokenizer, authored_note
 from ctxbus.agents.runtime import ReplayReport, inspect_store, replay_transcript
 from ctxbus.coordinator.cli._app import command_set
 from ctxbus.coordinator.cli._common import (
@@ -118,20 +118,12 @@ def inspect(
         )
     layers = inspect_store(path, domain)
     if as_json:
-        print_json(
-            [
-                {
-                    "layer": v.name,
-                    "budget": v.budget,
-                    "tokens": v.tokens,
-                    "items": [{"tag": i.tag, "kind": i.kind, "tokens": i.tokens, "text": i.text} for i in v.items],
-                }
-                for v in layers
-            ]
-        )
+        print_json([v.as_dict() for v in layers])
         return
     for view in layers:
         console.rule(f"{view.name}: {view.tokens:,} / {view.budget:,} tokens, {len(view.items)} items")
+        if view.name == "authored" and view.items:
+            console.print(f"[dim]{escape(authored_note(layers))}[/]")
         for item in view.items:
             text = item.text if full else (item.text.splitlines() or [""])[0][:160]
             tag = f"§{item.tag}§ " if item.tag is not None else ""

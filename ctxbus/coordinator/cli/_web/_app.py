@@ -23,6 +23,7 @@ from starlette.responses import FileResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from ctxbus.agents.context import LayerView, authored_note
 from ctxbus.bus import BriefLog, BusError, NatsClient, Verifier
 from ctxbus.coordinator import CoordinatorView
 from ctxbus.coordinator.cli._web._brief import BriefHistory, RevisionUnknown, brief_json
@@ -137,26 +138,7 @@ def create_app(watcher: Watcher, history: BriefHistory) -> Starlette:
                 "events": Watcher.events_of(track),
                 "store": None if track.store is None else str(track.store),
                 "store_note": track.store_note,
-                "layers": None
-                if track.layers is None
-                else [
-                    {
-                        "layer": v.name,
-                        "budget": v.budget,
-                        "tokens": v.tokens,
-                        "items": [
-                            {
-                                "tag": i.tag,
-                                "kind": i.kind,
-                                "tokens": i.tokens,
-                                "text": i.text,
-                                "reminder": REMINDER_MARK in i.text,
-                            }
-                            for i in v.items
-                        ],
-                    }
-                    for v in track.layers
-                ],
+                "layers": None if track.layers is None else _layers_json(track.layers),
             }
         )
 
@@ -261,6 +243,20 @@ def _sum(counts: Iterable[dict[str, int]]) -> dict[str, int]:
     for c in counts:
         total.update(c)
     return dict(sorted(total.items()))
+
+
+def _layers_json(layers: tuple[LayerView, ...]) -> list[dict[str, Any]]:
+    """The layers as `ctxbus inspect --json` gives them, items marked where they hold a
+    reminder, the authored layer with a line on the user's share and what of it is compressed."""
+    out = []
+    for view in layers:
+        shown = view.as_dict()
+        for item in shown["items"]:
+            item["reminder"] = REMINDER_MARK in item["text"]
+        if view.name == "authored":
+            shown["note"] = authored_note(layers)
+        out.append(shown)
+    return out
 
 
 def _agent_row(track: AgentTrack, now: float) -> dict[str, object]:

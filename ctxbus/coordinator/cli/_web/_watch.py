@@ -65,7 +65,7 @@ class Sample:
     lag: int
     revision: int
     layers: dict[str, int] | None
-    """Tokens per prompt layer (system, pinned, summary, brief, rolling, input), from the store."""
+    """Tokens per prompt layer (system, pinned, authored, summary, brief, rolling, input), from the store."""
 
     def as_json(self) -> dict[str, object]:
         return {

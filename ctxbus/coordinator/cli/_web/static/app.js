@@ -116,8 +116,13 @@ function markerPlugin() {
   };
 }
 
-const LAYERS = ["system", "pinned", "summary", "brief", "rolling", "input"];
-const COLORS = { system: "#94a3b8", pinned: "#2563eb", summary: "#7c3aed", brief: "#0891b2", rolling: "#16a34a", input: "#f59e0b" };
+const LAYERS = ["system", "pinned", "authored", "summary", "brief", "rolling", "input"];
+// An authored item's lines: how many the prompt shows, and what happened to the rest.
+const compressed = (i) => {
+  const done = [[i.folded, "folded"], [i.archived, "archived"], [i.deduped, "repeats left out"]].filter(([n]) => n).map(([n, what]) => `${fmt(n)} ${what}`);
+  return `${fmt(i.lines)} lines${done.length ? ": " + done.join(", ") : ", verbatim"}`;
+};
+const COLORS = { system: "#94a3b8", pinned: "#2563eb", authored: "#db2777", summary: "#7c3aed", brief: "#0891b2", rolling: "#16a34a", input: "#f59e0b" };
 
 async function showAgent() {
   if (!state.domain || !state.agent) return;
@@ -164,8 +169,8 @@ async function showAgent() {
   }, [xs, a.samples.map((s) => s.cached_share)]);
 
   if (!a.layers) { $("agent-layers").innerHTML = `<p class="dim">${esc(a.store_note || "no store read yet")}</p>`; return; }
-  $("agent-layers").innerHTML = a.layers.map((v) => `<div class="layer" data-layer="${esc(v.layer)}"><h4>${esc(v.layer)}: ${fmt(v.tokens)} / ${fmt(v.budget)} tokens, ${v.items.length} items</h4>`
-    + v.items.map((i) => `<div class="item${i.reminder ? " reminder" : ""}" title="${esc(i.text)}"><span class="tag">${i.tag === null ? "" : `§${i.tag}§ `}</span><span class="dim">${esc(i.kind)} (${fmt(i.tokens)})</span> ${esc((i.text.split("\n")[0] || "").slice(0, 160))}</div>`).join("")
+  $("agent-layers").innerHTML = a.layers.map((v) => `<div class="layer" data-layer="${esc(v.layer)}"><h4>${esc(v.layer)}: ${fmt(v.tokens)} / ${fmt(v.budget)} tokens, ${v.items.length} items</h4>${v.note ? `<p class="dim note">${esc(v.note)}</p>` : ""}`
+    + v.items.map((i) => `<div class="item${i.reminder ? " reminder" : ""}" title="${esc(i.text)}"><span class="tag">${i.tag === null ? "" : `§${i.tag}§ `}</span><span class="dim">${esc(i.kind)} (${fmt(i.tokens)}${i.lines ? `; ${compressed(i)}` : ""})</span> ${esc((i.text.split("\n")[0] || "").slice(0, 160))}</div>`).join("")
     + `</div>`).join("");
 }
 
