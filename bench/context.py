@@ -138,6 +138,18 @@ def _insertion_point(messages: list[dict[str, object]], at: int) -> int:
     return len(messages) - 1
 
 
+def _insert_three(session: Session, texts: list[str]) -> tuple[list[dict[str, object]], list[int]]:
+    """`session`'s messages with `texts` inserted as user turns right after the first user
+    message, at a third and at two thirds; and where each one landed."""
+    messages = list(session.messages)
+    first_user = next(j for j, m in enumerate(messages) if m["role"] == "user")
+    n = len(messages)
+    points = [_insertion_point(messages, at) for at in (first_user + 1, n // 3, 2 * n // 3)]
+    for k in (2, 1, 0):  # from the back, so the earlier points stay valid
+        messages.insert(points[k], {"role": "user", "content": texts[k], "ts": None})
+    return messages, [points[k] + k for k in range(3)]  # each insertion shifts the later ones by one
+
+
 def with_reworded(sessions: list[Session], key: str = "probes") -> list[Session]:
     """Each session with three reworded constraints inserted as user turns: right after
     the first user message, at a third and at two thirds. Probes and wrappers rotate over
@@ -146,21 +158,18 @@ def with_reworded(sessions: list[Session], key: str = "probes") -> list[Session]
     probes, wrappers = spec[key], spec["wrappers"]
     out = []
     for i, session in enumerate(sessions):
-        messages = list(session.messages)
-        first_user = next(j for j, m in enumerate(messages) if m["role"] == "user")
-        n = len(messages)
-        points = [_insertion_point(messages, at) for at in (first_user + 1, n // 3, 2 * n // 3)]
         chosen = [probes[(3 * i + k) % len(probes)] for k in range(3)]
-        # Insert from the back so the earlier points stay valid.
-        for k in (2, 1, 0):
-            said = chosen[k].get("say", "{rule}").replace("{rule}", chosen[k]["rule"])
-            text = wrappers[(5 * i + k) % len(wrappers)].replace("{rule}", said)
-            messages.insert(points[k], {"role": "user", "content": text, "ts": None})
+        texts = [
+            wrappers[(5 * i + k) % len(wrappers)].replace(
+                "{rule}", chosen[k].get("say", "{rule}").replace("{rule}", chosen[k]["rule"])
+            )
+            for k in range(3)
+        ]
+        messages, at = _insert_three(session, texts)
         raw = [json.dumps(m) for m in messages]
         goal = _goal_tags(messages)
         rules = [p["rule"] for p in chosen]
         inserted = [(PLACES[k], chosen[k]["kind"]) for k in range(3)]
-        at = [points[k] + k for k in range(3)]  # each earlier insertion shifts the later ones by one
         out.append(Session(session.name, messages, raw, rules, goal, inserted, at))
     return out
 
@@ -172,13 +181,8 @@ def with_items(sessions: list[Session], key: str) -> list[Session]:
     items = USER_SETS[key][1]
     out = []
     for i, session in enumerate(sessions):
-        messages = list(session.messages)
-        first_user = next(j for j, m in enumerate(messages) if m["role"] == "user")
-        n = len(messages)
-        points = [_insertion_point(messages, at) for at in (first_user + 1, n // 3, 2 * n // 3)]
         chosen = [items[(3 * i + k) % len(items)] for k in range(3)]
-        for k in (2, 1, 0):
-            messages.insert(points[k], {"role": "user", "content": chosen[k]["text"], "ts": None})
+        messages, at = _insert_three(session, [str(item["text"]) for item in chosen])
         raw = [json.dumps(m) for m in messages]
         facts: list[str] = []
         inserted: list[tuple[str, str]] = []
@@ -186,7 +190,6 @@ def with_items(sessions: list[Session], key: str) -> list[Session]:
             for fact in item["facts"]:  # type: ignore[attr-defined]
                 facts.append(str(fact))
                 inserted.append((PLACES[k], str(item["kind"])))
-        at = [points[k] + k for k in range(3)]
         out.append(Session(session.name, messages, raw, facts, _goal_tags(messages), inserted, at))
     return out
 
